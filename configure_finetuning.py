@@ -1,0 +1,187 @@
+"""Fine-tuning hyperparameters. Names and defaults follow the official ELECTRA release and Table 7.
+
+`FinetuningConfig.from_hparams(model_name, data_dir, hparams)`: defaults, the user's hparams, what
+they imply (per-task epochs and lengths, per-size learning rate and layer-wise decay, debug mode,
+paths), then the user's hparams again so they always win.
+"""
+import dataclasses
+import os
+from typing import Any
+
+from model import modeling
+from util.hparams import HParamError, HParams, hp, parse_hparams_arg
+
+# Table 7: learning rate and layer-wise decay per model size; small also uses embedding size 128.
+SIZE_DEFAULTS = {
+    "small": dict(learning_rate=3e-4, layerwise_lr_decay=0.8, embedding_size=128),
+    "base": dict(learning_rate=1e-4, layerwise_lr_decay=0.8),
+    "large": dict(learning_rate=5e-5, layerwise_lr_decay=0.9),
+}
+QA_TASKS = ("squad", "squadv1", "newsqa", "naturalqs", "triviaqa", "searchqa", "hotpotqa",
+            "textbookqa", "bioasq", "drop", "duorc", "race", "relationextraction")
+
+
+@dataclasses.dataclass
+class FinetuningConfig(HParams):
+    model_name: str = hp("", "name of the pre-trained model under <data_dir>/models/")
+    data_dir: str = hp("", "directory holding finetuning_data/<task>/ and models/")
+    debug: bool = hp(False, "quick run: random init, 1 trial, no tfrecord cache")
+    log_examples: bool = hp(False, "print a few featurized training examples")
+    num_trials: int = hp(1, "train+eval runs with different seeds; each reported and the median")
+    do_train: bool = hp(True, "train a model")
+    do_eval: bool = hp(True, "evaluate on the dev set")
+    keep_all_models: bool = hp(True, "false: keep only the last trial's checkpoint")
+    seed: int = hp(0, "base seed; trial t uses seed + t")
+
+    # model
+    model_size: str = hp("small", "one of small, base, large")
+    task_names: list = hp(["chunk"], "tasks to learn, e.g. [\"sst\"] or [\"mnli\", \"rte\"]")
+    model_hparam_overrides: dict = hp({}, "bert_config keys that override the model size's architecture")
+    embedding_size: int | None = hp(None, "token embedding size (hidden size by default; 128 for small)")
+    vocab_size: int = hp(30522, "number of tokens in the vocabulary")
+    do_lower_case: bool = hp(True, "lower-case the input text")
+    compute_dtype: str = hp("float32", "float32, bfloat16 or float16 compute (weights stay float32)")
+    use_xla: bool | None = hp(None, "compile the train step with XLA; null: on for GPU/TPU, off on CPU")
+    strategy: str = hp("default", "default (one device), mirrored (local GPUs), multi_worker, tpu")
+
+    # training
+    learning_rate: float = hp(1e-4, "peak learning rate (Table 7: 3e-4 small, 1e-4 base, 5e-5 large)")
+    weight_decay_rate: float = hp(0.01, "decoupled weight decay")
+    layerwise_lr_decay: float = hp(0.8, "layer-wise learning-rate decay (0.8 small/base, 0.9 large); 0 disables")
+    layerwise_lr_decay_official: bool = hp(True, "true reproduces the official depth mapping (exponent off by one); false corrects it")
+    adam_bias_correction: bool = hp(False, "true: Adam with bias correction; false reproduces the official update")
+    lr_decay_after_warmup: bool = hp(False, "true: decay starts after warm-up; false reproduces the official schedule")
+    num_train_epochs: float = hp(3.0, "passes over the training set (10 for rte/sts, 2 for QA)")
+    warmup_proportion: float = hp(0.1, "fraction of training spent warming up the learning rate")
+    clip_norm: float = hp(1.0, "global-norm gradient clipping")
+    save_checkpoints_steps: int = hp(1000000, "checkpoint a trial every this many steps")
+    iterations_per_loop: int = hp(1000, "steps per host loop")
+    use_tfrecords_if_existing: bool = hp(True, "reuse cached featurized tfrecords when their key matches")
+    max_train_examples: int | None = hp(None, "use only the first N training examples (quick runs)")
+    max_eval_examples: int | None = hp(None, "evaluate on only the first N dev examples (quick runs)")
+
+    # writing model outputs to disk
+    write_test_outputs: bool = hp(False, "write test-set predictions (GLUE TSVs, SQuAD json)")
+    n_writes_test: int = hp(5, "write test predictions for the first n trials")
+
+    # sizing
+    max_seq_length: int = hp(128, "tokens per example (512 for QA, 256 for chunk)")
+    train_batch_size: int = hp(32, "global training batch size")
+    eval_batch_size: int = hp(32, "evaluation batch size")
+    predict_batch_size: int = hp(32, "prediction batch size")
+    double_unordered: bool = hp(True, "train order-free pair tasks (mrpc, qqp, sts) on both orders")
+
+    # question answering
+    max_query_length: int = hp(64, "max question tokens")
+    doc_stride: int = hp(128, "stride between document windows")
+    n_best_size: int = hp(20, "candidate answers kept per question")
+    max_answer_length: int = hp(30, "longest answer in tokens")
+    answerable_classifier: bool = hp(True, "answerability classifier for SQuAD 2.0")
+    answerable_uses_start_logits: bool = hp(True, "the classifier uses the start-weighted representation")
+    answerable_weight: float = hp(0.5, "weight of the answerability loss")
+    joint_prediction: bool = hp(True, "end logits conditioned on the start (XLNet head)")
+    beam_size: int = hp(20, "start candidates kept for joint prediction")
+    qa_na_threshold: float = hp(-2.75, "no-answer threshold for SQuAD 2.0 test outputs")
+
+    # TPU settings (official names)
+    use_tpu: bool = hp(False, "official name: same as strategy tpu")
+    num_tpu_cores: int = hp(1, "TPU cores")
+    tpu_job_name: str | None = hp(None, "TPU worker job name")
+    tpu_name: str | None = hp(None, "Cloud TPU to use")
+    tpu_zone: str | None = hp(None, "GCE zone of the Cloud TPU")
+    gcp_project: str | None = hp(None, "GCP project of the Cloud TPU")
+
+    # locations (derived from data_dir and model_name unless given)
+    raw_data_dir: str | None = hp(None, "task data dir pattern; default <data_dir>/finetuning_data/{task}")
+    vocab_file: str | None = hp(None, "default <model_dir>/vocab.txt, else <data_dir>/vocab.txt")
+    init_checkpoint: str | None = hp(None, "pre-trained weights (ours or official); default <data_dir>/models/<model_name>")
+    model_dir: str | None = hp(None, "default <data_dir>/models/<model_name>/finetuning_models/<tasks>_model")
+    results_txt: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.txt")
+    results_json: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.json")
+    preprocessed_data_dir: str | None = hp(None, "featurized tfrecord cache dir")
+    test_predictions_dir: str | None = hp(None, "where test-set predictions are written")
+    qa_dir: str | None = hp(None, "where QA predictions, null odds and eval json are written")
+
+    @classmethod
+    def from_hparams(cls, model_name: str, data_dir: str,
+                     hparams: str | dict | None = None) -> "FinetuningConfig":
+        values = parse_hparams_arg(hparams)
+        config = cls(model_name=model_name, data_dir=data_dir)
+        config.update(values)
+        config._set_derived_defaults()
+        config.update(values)  # the user's values beat task, size and debug defaults
+        config._finalize()
+        return config
+
+    def _set_derived_defaults(self) -> None:
+        if len(self.task_names) == 1:
+            task = self.task_names[0]
+            if task in ("rte", "sts"):
+                self.num_train_epochs = 10.0
+            elif task in QA_TASKS:
+                self.max_seq_length, self.num_train_epochs = 512, 2.0
+            elif task == "chunk":
+                self.max_seq_length = 256
+        if self.model_size not in SIZE_DEFAULTS:
+            raise HParamError(f"unknown model_size {self.model_size!r}; expected one of "
+                              f"{sorted(SIZE_DEFAULTS)}")
+        for key, value in SIZE_DEFAULTS[self.model_size].items():
+            setattr(self, key, value)
+        if self.debug:
+            self.save_checkpoints_steps, self.use_tfrecords_if_existing = 1000000, False
+            self.num_trials, self.iterations_per_loop, self.log_examples = 1, 1, True
+
+    def _finalize(self) -> None:
+        pretrained_dir = os.path.join(self.data_dir, "models", self.model_name)
+        tasks = ",".join(self.task_names)
+        self.raw_data_dir = self.raw_data_dir or os.path.join(self.data_dir, "finetuning_data", "{task}")
+        if self.vocab_file is None:
+            candidate = os.path.join(pretrained_dir, "vocab.txt")
+            self.vocab_file = candidate if os.path.exists(candidate) else os.path.join(
+                self.data_dir, "vocab.txt")
+        if self.init_checkpoint is None and not self.debug:
+            self.init_checkpoint = pretrained_dir
+        self.model_dir = self.model_dir or os.path.join(pretrained_dir, "finetuning_models",
+                                                        tasks + "_model")
+        results = os.path.join(pretrained_dir, "results")
+        self.results_txt = self.results_txt or os.path.join(results, tasks + "_results.txt")
+        self.results_json = self.results_json or os.path.join(results, tasks + "_results.json")
+        self.qa_dir = self.qa_dir or os.path.join(results, tasks + "_qa")
+        self.preprocessed_data_dir = self.preprocessed_data_dir or os.path.join(
+            pretrained_dir, "finetuning_tfrecords", tasks + "_tfrecords")
+        self.test_predictions_dir = self.test_predictions_dir or os.path.join(
+            pretrained_dir, "test_predictions")
+        if self.use_tpu:
+            self.strategy = "tpu"
+        self.validate()
+
+    def task_data_dir(self, task_name: str) -> str:
+        return self.raw_data_dir.format(task=task_name)
+
+    def validate(self) -> None:
+        checks = [
+            (len(self.task_names) > 0, "task_names", "must name at least one task"),
+            (self.num_trials >= 1, "num_trials", "must be >= 1"),
+            (self.compute_dtype in modeling.COMPUTE_DTYPES, "compute_dtype",
+             f"must be one of {sorted(modeling.COMPUTE_DTYPES)}"),
+            (self.num_train_epochs > 0, "num_train_epochs", "must be > 0"),
+            (0.0 <= self.warmup_proportion <= 1.0, "warmup_proportion", "must be in [0, 1]"),
+            (self.train_batch_size > 0, "train_batch_size", "must be > 0"),
+            (self.max_seq_length > 2, "max_seq_length", "must be > 2"),
+        ]
+        for ok, key, rule in checks:
+            if not ok:
+                raise HParamError(f"hparam {key!r} {rule}, got {getattr(self, key)!r}")
+        bert = self.bert_config()
+        if self.max_seq_length > bert.max_position_embeddings:
+            raise HParamError(
+                f"max_seq_length ({self.max_seq_length}) exceeds max_position_embeddings "
+                f"({bert.max_position_embeddings}) of the model")
+
+    def bert_config(self) -> modeling.BertConfig:
+        return modeling.get_bert_config(self.model_size, self.vocab_size, self.embedding_size,
+                                        self.model_hparam_overrides, self.debug)
+
+
+def hparams_reference() -> list[tuple[str, str, Any, str]]:
+    return FinetuningConfig.describe()

@@ -1,0 +1,179 @@
+"""Pre-training hyperparameters. Names and defaults follow the official ELECTRA release.
+
+`PretrainingConfig.from_hparams(model_name, data_dir, hparams)` resolves a run's settings:
+defaults, then the user's hparams, then what they imply (model size per Table 6 of the paper,
+debug mode, paths), then the user's hparams again so they always win.
+"""
+import dataclasses
+import os
+from typing import Any
+
+from model import modeling
+from util.hparams import HParamError, HParams, hp, parse_hparams_arg
+
+# Table 6 of the paper, for the keys the official config leaves to the user.
+SIZE_DEFAULTS = {
+    "small": dict(embedding_size=128, learning_rate=5e-4, train_batch_size=128,
+                  num_train_steps=1000000, generator_hidden_size=0.25, mask_prob=0.15,
+                  max_seq_length=128),
+    "base": dict(embedding_size=768, learning_rate=2e-4, train_batch_size=256,
+                 num_train_steps=766000, generator_hidden_size=1.0 / 3.0, mask_prob=0.15,
+                 max_seq_length=512),
+    "large": dict(embedding_size=1024, learning_rate=2e-4, train_batch_size=2048,
+                  num_train_steps=400000, generator_hidden_size=0.25, mask_prob=0.25,
+                  max_seq_length=512),
+}
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
+
+@dataclasses.dataclass
+class PretrainingConfig(HParams):
+    model_name: str = hp("", "name of the model; weights go to <data_dir>/models/<model_name>")
+    data_dir: str = hp("", "directory holding pretrain_tfrecords/, vocab.txt and models/")
+    debug: bool = hp(False, "tiny model, batch 8, 20 steps: a quick smoke run")
+    do_train: bool = hp(True, "pre-train the model")
+    do_eval: bool = hp(False, "evaluate generator and discriminator on held-out data")
+
+    # loss functions
+    electra_objective: bool = hp(True, "false trains a BERT-style masked LM instead")
+    gen_weight: float = hp(1.0, "weight of the masked-LM (generator) loss")
+    disc_weight: float = hp(50.0, "weight of the replaced-token-detection loss (lambda)")
+    mask_prob: float = hp(0.15, "fraction of input tokens masked for the generator")
+
+    # optimization
+    learning_rate: float = hp(5e-4, "peak learning rate")
+    lr_decay_power: float = hp(1.0, "power of the polynomial decay to 0 (1 = linear)")
+    weight_decay_rate: float = hp(0.01, "decoupled weight decay (not on LayerNorm or biases)")
+    num_warmup_steps: int = hp(10000, "linear warm-up steps")
+    adam_bias_correction: bool = hp(False, "true: Adam with bias correction; false reproduces the official update (none)")
+    lr_decay_after_warmup: bool = hp(False, "true: decay starts after warm-up; false reproduces the official schedule (decay from step 0, warm-up multiplied on top)")
+    clip_norm: float = hp(1.0, "global-norm gradient clipping")
+    gradient_accumulation_steps: int = hp(1, "micro-batches summed per optimizer step (train_batch_size is the effective batch)")
+    recompute_grad: bool = hp(False, "recompute each layer's activations in the backward pass to save memory")
+
+    # training settings
+    iterations_per_loop: int = hp(200, "steps run per host loop (one progress update)")
+    save_checkpoints_steps: int = hp(1000, "checkpoint every this many steps")
+    num_train_steps: int = hp(1000000, "total optimizer steps")
+    num_eval_steps: int = hp(100, "batches evaluated by do_eval")
+    eval_every_steps: int = hp(0, "evaluate on held-out data every this many steps during training (0: never)")
+    keep_checkpoint_max: int = hp(5, "checkpoints kept in the model dir")
+    seed: int = hp(0, "seed for initialisation, masking, sampling, dropout and data order")
+    init_checkpoint: str | None = hp(None, "start from this checkpoint (ours or the official release's) with fresh optimizer state")
+
+    # model settings
+    model_size: str = hp("small", "one of small, base, large (Table 6 of the paper)")
+    model_hparam_overrides: dict = hp({}, "bert_config keys that override the model size's architecture")
+    embedding_size: int | None = hp(None, "token embedding size (hidden size by default; 128 for small)")
+    vocab_size: int = hp(30522, "number of tokens in the vocabulary")
+    do_lower_case: bool = hp(True, "lower-case the input text")
+    compute_dtype: str = hp("float32", "float32, bfloat16 or float16 compute (weights stay float32)")
+    use_xla: bool | None = hp(None, "compile the train step with XLA; null: on for GPU/TPU, off on CPU where it is slower")
+
+    # generator settings
+    uniform_generator: bool = hp(False, "the generator samples uniformly at random")
+    two_tower_generator: bool = hp(False, "Electric's two-tower cloze generator")
+    untied_generator_embeddings: bool = hp(False, "generator gets its own token embeddings")
+    untied_generator: bool = hp(True, "false: generator and discriminator share all weights")
+    generator_layers: float = hp(1.0, "fraction of discriminator layers in the generator")
+    generator_hidden_size: float = hp(0.25, "fraction of discriminator width (hidden, FFN, heads) in the generator")
+    disallow_correct: bool = hp(False, "generator may not sample the original token")
+    temperature: float = hp(1.0, "temperature of the generator's sampling softmax")
+
+    # batch sizes
+    max_seq_length: int = hp(128, "tokens per example; must match the data")
+    train_batch_size: int = hp(128, "global batch size (split across replicas)")
+    eval_batch_size: int = hp(128, "global eval batch size")
+    max_predictions_per_seq: int | None = hp(None, "cap on masked positions; default int((mask_prob + 0.005) * max_seq_length)")
+
+    # distribution
+    strategy: str = hp("default", "default (one device), mirrored (local GPUs), multi_worker (TF_CONFIG), tpu")
+    use_tpu: bool = hp(False, "official name: same as strategy tpu")
+    num_tpu_cores: int = hp(1, "TPU cores (informational; TPUStrategy finds them)")
+    tpu_job_name: str | None = hp(None, "TPU worker job name")
+    tpu_name: str | None = hp(None, "Cloud TPU to use")
+    tpu_zone: str | None = hp(None, "GCE zone of the Cloud TPU")
+    gcp_project: str | None = hp(None, "GCP project of the Cloud TPU")
+
+    # locations (derived from data_dir and model_name unless given)
+    pretrain_tfrecords: str | None = hp(None, "glob of training tfrecords; default <data_dir>/pretrain_tfrecords/pretrain_data.tfrecord*")
+    eval_tfrecords: str | None = hp(None, "glob of held-out tfrecords; default: the eval_files the data script listed in metadata.json")
+    vocab_file: str | None = hp(None, "default <data_dir>/vocab.txt")
+    model_dir: str | None = hp(None, "default <data_dir>/models/<model_name>")
+    results_txt: str | None = hp(None, "default <model_dir>/results/unsup_results.txt")
+    results_json: str | None = hp(None, "default <model_dir>/results/unsup_results.json")
+
+    @classmethod
+    def from_hparams(cls, model_name: str, data_dir: str,
+                     hparams: str | dict | None = None) -> "PretrainingConfig":
+        values = parse_hparams_arg(hparams)
+        config = cls(model_name=model_name, data_dir=data_dir)
+        config.update(values)
+        config._set_derived_defaults()
+        config.update(values)  # the user's values beat size and debug defaults
+        config._finalize()
+        return config
+
+    def _set_derived_defaults(self) -> None:
+        if self.model_size not in SIZE_DEFAULTS:
+            raise HParamError(f"unknown model_size {self.model_size!r}; expected one of "
+                              f"{sorted(SIZE_DEFAULTS)}")
+        for key, value in SIZE_DEFAULTS[self.model_size].items():
+            setattr(self, key, value)
+        if self.debug:
+            self.train_batch_size, self.num_train_steps = 8, 20
+            self.eval_batch_size, self.iterations_per_loop, self.num_eval_steps = 4, 1, 2
+
+    def _finalize(self) -> None:
+        d = self.data_dir
+        self.pretrain_tfrecords = self.pretrain_tfrecords or os.path.join(
+            d, "pretrain_tfrecords", "pretrain_data.tfrecord*")
+        self.vocab_file = self.vocab_file or os.path.join(d, "vocab.txt")
+        self.model_dir = self.model_dir or os.path.join(d, "models", self.model_name)
+        results_dir = os.path.join(self.model_dir, "results")
+        self.results_txt = self.results_txt or os.path.join(results_dir, "unsup_results.txt")
+        self.results_json = self.results_json or os.path.join(results_dir, "unsup_results.json")
+        if self.max_predictions_per_seq is None:
+            self.max_predictions_per_seq = int((self.mask_prob + 0.005) * self.max_seq_length)
+        if self.use_tpu:
+            self.strategy = "tpu"
+        self.validate()
+
+    def validate(self) -> None:
+        checks = [
+            (0.0 < self.mask_prob < 1.0, "mask_prob", "must be in (0, 1)"),
+            (self.strategy in STRATEGIES, "strategy", f"must be one of {list(STRATEGIES)}"),
+            (self.compute_dtype in modeling.COMPUTE_DTYPES, "compute_dtype",
+             f"must be one of {sorted(modeling.COMPUTE_DTYPES)}"),
+            (0.0 < self.generator_hidden_size <= 1.0, "generator_hidden_size", "must be in (0, 1]"),
+            (0.0 < self.generator_layers <= 1.0, "generator_layers", "must be in (0, 1]"),
+            (self.temperature > 0.0, "temperature", "must be > 0"),
+            (self.train_batch_size > 0, "train_batch_size", "must be > 0"),
+            (self.num_train_steps > 0, "num_train_steps", "must be > 0"),
+            (self.max_seq_length > 2, "max_seq_length", "must be > 2"),
+            (self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be >= 1"),
+            (self.train_batch_size % self.gradient_accumulation_steps == 0,
+             "gradient_accumulation_steps", f"must divide train_batch_size ({self.train_batch_size})"),
+            (self.max_predictions_per_seq >= 1, "max_predictions_per_seq", "must be >= 1"),
+        ]
+        for ok, key, rule in checks:
+            if not ok:
+                raise HParamError(f"hparam {key!r} {rule}, got {getattr(self, key)!r}")
+        bert = self.bert_config()
+        if self.max_seq_length > bert.max_position_embeddings:
+            raise HParamError(
+                f"max_seq_length ({self.max_seq_length}) exceeds max_position_embeddings "
+                f"({bert.max_position_embeddings}) of the model")
+
+    def bert_config(self) -> modeling.BertConfig:
+        """The discriminator's architecture."""
+        return modeling.get_bert_config(self.model_size, self.vocab_size, self.embedding_size,
+                                        self.model_hparam_overrides, self.debug)
+
+    def generator_config(self) -> modeling.BertConfig:
+        return modeling.get_generator_config(self.bert_config(), self.generator_hidden_size,
+                                             self.generator_layers)
+
+
+def hparams_reference() -> list[tuple[str, str, Any, str]]:
+    return PretrainingConfig.describe()

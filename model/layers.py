@@ -1,0 +1,119 @@
+"""Small Keras-free building blocks: variables, dense, LayerNorm, GELU, dropout, seed streams.
+
+Variables are float32 and carry their full checkpoint name (e.g. "electra/encoder/layer_0/
+attention/self/query/kernel"); math runs in the dtype of the incoming activations, so a bfloat16
+or float16 forward pass uses float32 master weights.
+"""
+import math
+import zlib
+
+import tensorflow as tf
+
+from util.checkpoint import checkpoint_name  # noqa: F401 (re-exported for model code)
+
+# Stateless RNG algorithm pinned: under XLA the default algorithm is ~100x slower on CPU.
+RNG_ALG = "philox"
+
+
+def create_variable(name: str, shape, init: str = "normal", stddev: float = 0.02,
+                    seed: int = 0, trainable: bool = True) -> tf.Variable:
+    """A float32 variable named `name`; `init` is "normal" (truncated), "zeros" or "ones".
+
+    Initial values are a deterministic function of (seed, name), so two processes (e.g. the
+    workers of a multi-worker run) build identical models without broadcasting.
+    """
+    if init == "normal":
+        name_seed = zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
+        value = tf.random.stateless_truncated_normal(
+            shape, seed=[seed, name_seed], stddev=stddev, dtype=tf.float32)
+    elif init == "zeros":
+        value = tf.zeros(shape, tf.float32)
+    elif init == "ones":
+        value = tf.ones(shape, tf.float32)
+    else:
+        raise ValueError(f"unknown initializer {init!r} for variable {name}")
+    # ONLY_FIRST_REPLICA: updates computed from all-reduced gradients are identical on every
+    # replica, and this aggregation makes assigning them in replica context legal.
+    return tf.Variable(value, name=name, trainable=trainable,
+                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
+class SeedStream:
+    """Hands out distinct stateless seeds derived from one base seed (a [2] int tensor).
+
+    Used at trace time: each dropout layer asks for the next seed, so the whole forward pass is a
+    pure function of the base seed (exact resume needs no RNG state beyond the step number).
+    """
+
+    def __init__(self, seed):
+        self._seed = tf.cast(seed, tf.int64) if seed is not None else None
+        self._count = 0
+
+    def next(self):
+        if self._seed is None:
+            raise ValueError("a seed is required when training=True (dropout or sampling needs it)")
+        self._count += 1
+        return tf.random.experimental.stateless_fold_in(self._seed, self._count, alg=RNG_ALG)
+
+
+def dropout(x: tf.Tensor, rate: float, seeds: SeedStream | None, training: bool) -> tf.Tensor:
+    if not training or rate <= 0.0:
+        return x
+    keep = tf.random.stateless_uniform(tf.shape(x), seed=seeds.next(), alg=RNG_ALG) >= rate
+    return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
+
+
+def gelu(x: tf.Tensor) -> tf.Tensor:
+    """GELU, tanh approximation, as BERT and ELECTRA use (Hugging Face calls it "gelu_new")."""
+    cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+    return x * cdf
+
+
+ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh, "linear": None}
+
+
+def get_activation(name: str | None):
+    if name is None:
+        return None
+    key = name.lower()
+    if key not in ACTIVATIONS:
+        raise ValueError(f"unknown hidden_act {name!r}; expected one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[key]
+
+
+class Dense(tf.Module):
+    """y = activation(x @ kernel + bias); kernel [in, out] as in the official checkpoints."""
+
+    def __init__(self, in_dim: int, out_dim: int, name: str, activation: str | None = None,
+                 stddev: float = 0.02, seed: int = 0):
+        super().__init__(name=name.replace("/", "_"))
+        self.kernel = create_variable(f"{name}/kernel", [in_dim, out_dim], "normal", stddev, seed)
+        self.bias = create_variable(f"{name}/bias", [out_dim], "zeros")
+        self.activation = get_activation(activation)
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        """x: [..., in] in the compute dtype -> [..., out]."""
+        kernel = tf.cast(self.kernel, x.dtype)
+        if x.shape.rank == 2:
+            y = tf.matmul(x, kernel)
+        else:
+            y = tf.tensordot(x, kernel, axes=1)
+        y = tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))
+        return self.activation(y) if self.activation is not None else y
+
+
+class LayerNorm(tf.Module):
+    """LayerNorm over the last axis, computed in float32 for stability, eps 1e-12 like BERT."""
+
+    def __init__(self, dim: int, name: str, epsilon: float = 1e-12):
+        super().__init__(name=name.replace("/", "_"))
+        self.gamma = create_variable(f"{name}/gamma", [dim], "ones")
+        self.beta = create_variable(f"{name}/beta", [dim], "zeros")
+        self.epsilon = epsilon
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        x32 = tf.cast(x, tf.float32)
+        mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
+        y = (x32 - mean) * tf.math.rsqrt(variance + self.epsilon) * self.gamma + self.beta
+        return tf.cast(y, x.dtype)
+

@@ -1,0 +1,247 @@
+"""The BERT-style Transformer encoder ELECTRA uses for both generator and discriminator.
+
+Built from tf.Module (no Keras). Every variable carries the official checkpoint name, e.g.
+`electra/embeddings/word_embeddings`, `electra/embeddings_project/kernel`,
+`electra/encoder/layer_0/attention/self/query/kernel`, with kernels oriented [in, out], so a
+checkpoint of the official release loads by name and ours reads in tools that read those.
+"""
+import copy
+import dataclasses
+import json
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from model import layers
+
+COMPUTE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
+
+
+@dataclasses.dataclass
+class BertConfig:
+    """Architecture hyperparameters; keys as in the official `bert_config.json`.
+
+    `embedding_size` (ELECTRA's factorised embeddings) defaults to `hidden_size`.
+    """
+    vocab_size: int
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    embedding_size: int | None = None
+
+    def __post_init__(self):
+        if self.embedding_size is None:
+            self.embedding_size = self.hidden_size
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads})")
+        layers.get_activation(self.hidden_act)  # fails early on an unknown activation
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str = "bert config") -> "BertConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {unknown}; expected some of {sorted(known)}")
+        if "vocab_size" not in values:
+            raise ValueError(f"{where}: missing required key 'vocab_size'")
+        return cls(**values)
+
+    @classmethod
+    def from_json_file(cls, path: str) -> "BertConfig":
+        from util import io_utils
+        return cls.from_dict(io_utils.read_json(path), where=path)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+# Table 6 of the paper: (layers, hidden, embedding size). Heads = hidden / 64, FFN = 4 x hidden.
+MODEL_SIZES = {
+    "small": dict(num_hidden_layers=12, hidden_size=256, embedding_size=128),
+    "base": dict(num_hidden_layers=12, hidden_size=768, embedding_size=768),
+    "large": dict(num_hidden_layers=24, hidden_size=1024, embedding_size=1024),
+}
+# The official debug model: a few steps on any machine.
+DEBUG_SIZE = dict(num_hidden_layers=3, hidden_size=144, intermediate_size=576,
+                  num_attention_heads=4)
+
+
+def get_bert_config(model_size: str, vocab_size: int, embedding_size: int | None = None,
+                    overrides: dict | None = None, debug: bool = False) -> BertConfig:
+    """The discriminator architecture for a model size, then the user's overrides on top."""
+    if model_size not in MODEL_SIZES:
+        raise ValueError(f"unknown model_size {model_size!r}; expected one of {sorted(MODEL_SIZES)}")
+    size = dict(MODEL_SIZES[model_size])
+    values = dict(vocab_size=vocab_size,
+                  num_hidden_layers=size["num_hidden_layers"],
+                  hidden_size=size["hidden_size"],
+                  num_attention_heads=max(1, size["hidden_size"] // 64),
+                  intermediate_size=4 * size["hidden_size"],
+                  embedding_size=embedding_size or size["embedding_size"])
+    if debug:
+        values.update(DEBUG_SIZE)
+        values["embedding_size"] = embedding_size or DEBUG_SIZE["hidden_size"]
+    overrides = dict(overrides or {})
+    values.update(overrides)
+    return BertConfig.from_dict(values, where="model_hparam_overrides")
+
+
+def get_generator_config(disc_config: BertConfig, generator_hidden_size: float,
+                         generator_layers: float) -> BertConfig:
+    """The generator: a fraction of the discriminator's width and depth."""
+    config = copy.deepcopy(disc_config)
+    # As the official release: FFN 4x hidden and one head per 64 hidden units (at least one).
+    config.hidden_size = max(1, int(round(disc_config.hidden_size * generator_hidden_size)))
+    config.num_hidden_layers = max(1, int(round(disc_config.num_hidden_layers * generator_layers)))
+    config.intermediate_size = 4 * config.hidden_size
+    config.num_attention_heads = max(1, config.hidden_size // 64)
+    if config.hidden_size % config.num_attention_heads:
+        raise ValueError(
+            f"generator hidden size {config.hidden_size} is not a multiple of its "
+            f"{config.num_attention_heads} heads; adjust generator_hidden_size")
+    return config
+
+
+class Embeddings(tf.Module):
+    """Token + position + token-type embeddings, LayerNorm and dropout, under `<scope>/embeddings`."""
+
+    def __init__(self, config: BertConfig, scope: str = "electra", seed: int = 0):
+        super().__init__(name=f"{scope}_embeddings")
+        e, prefix = config.embedding_size, f"{scope}/embeddings"
+        std = config.initializer_range
+        self.config = config
+        self.word_embeddings = layers.create_variable(
+            f"{prefix}/word_embeddings", [config.vocab_size, e], "normal", std, seed)
+        self.token_type_embeddings = layers.create_variable(
+            f"{prefix}/token_type_embeddings", [config.type_vocab_size, e], "normal", std, seed)
+        self.position_embeddings = layers.create_variable(
+            f"{prefix}/position_embeddings", [config.max_position_embeddings, e], "normal", std,
+            seed)
+        self.layer_norm = layers.LayerNorm(e, f"{prefix}/LayerNorm")
+
+    def __call__(self, input_ids, token_type_ids, *, training: bool, seeds, dtype=tf.float32,
+                 inputs_embeds=None):
+        """input_ids, token_type_ids: int32 [B, L] -> [B, L, E] in `dtype`.
+
+        `inputs_embeds` ([B, L, E]) replaces the word-embedding lookup when given.
+        """
+        seq_len = tf.shape(input_ids)[1]
+        words = tf.gather(self.word_embeddings, input_ids) if inputs_embeds is None else inputs_embeds
+        x = (tf.cast(words, tf.float32)
+             + tf.gather(self.token_type_embeddings, token_type_ids)
+             + self.position_embeddings[tf.newaxis, :seq_len])
+        x = tf.cast(self.layer_norm(x), dtype)
+        return layers.dropout(x, self.config.hidden_dropout_prob, seeds, training)
+
+
+class TransformerLayer(tf.Module):
+    """Self-attention + residual + LayerNorm, then GELU FFN + residual + LayerNorm (post-LN)."""
+
+    def __init__(self, config: BertConfig, scope: str, seed: int = 0):
+        super().__init__(name=scope.replace("/", "_"))
+        h, f, std = config.hidden_size, config.intermediate_size, config.initializer_range
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_size = h // config.num_attention_heads
+        self.query = layers.Dense(h, h, f"{scope}/attention/self/query", stddev=std, seed=seed)
+        self.key = layers.Dense(h, h, f"{scope}/attention/self/key", stddev=std, seed=seed)
+        self.value = layers.Dense(h, h, f"{scope}/attention/self/value", stddev=std, seed=seed)
+        self.attention_output = layers.Dense(h, h, f"{scope}/attention/output/dense", stddev=std,
+                                             seed=seed)
+        self.attention_norm = layers.LayerNorm(h, f"{scope}/attention/output/LayerNorm")
+        self.intermediate = layers.Dense(h, f, f"{scope}/intermediate/dense", config.hidden_act,
+                                         stddev=std, seed=seed)
+        self.output_dense = layers.Dense(f, h, f"{scope}/output/dense", stddev=std, seed=seed)
+        self.output_norm = layers.LayerNorm(h, f"{scope}/output/LayerNorm")
+
+    def __call__(self, x, attention_bias, *, batch_size, seq_len, training: bool, seeds):
+        """x: [B*L, H] (kept 2-D so every matmul is one large GEMM); attention_bias: [B, 1, 1, L]."""
+        n, d = self.num_heads, self.head_size
+
+        def split_heads(t):  # [B*L, H] -> [B, N, L, d]
+            return tf.transpose(tf.reshape(t, [batch_size, seq_len, n, d]), [0, 2, 1, 3])
+
+        q = split_heads(self.query(x))
+        k = split_heads(self.key(x))
+        v = split_heads(self.value(x))
+        scores = tf.matmul(q, k, transpose_b=True) * tf.cast(1.0 / d ** 0.5, x.dtype)
+        # Softmax in float32: bfloat16 has too few mantissa bits for long rows of exponentials.
+        probs = tf.nn.softmax(tf.cast(scores, tf.float32) + attention_bias, axis=-1)
+        probs = layers.dropout(tf.cast(probs, x.dtype), self.config.attention_probs_dropout_prob,
+                               seeds, training)
+        context = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]),
+                             [batch_size * seq_len, n * d])
+        attn = layers.dropout(self.attention_output(context), self.config.hidden_dropout_prob,
+                              seeds, training)
+        x = self.attention_norm(attn + x)
+        ffn = self.output_dense(self.intermediate(x))
+        ffn = layers.dropout(ffn, self.config.hidden_dropout_prob, seeds, training)
+        return self.output_norm(ffn + x)
+
+
+class EncoderOutput(NamedTuple):
+    sequence_output: tf.Tensor  # [B, L, H] in the compute dtype
+    pooled_output: tf.Tensor  # [B, H]: the [CLS] vector; ELECTRA has no tanh pooler
+    all_layer_outputs: list  # per layer [B, L, H]
+    embedding_output: tf.Tensor  # [B, L, H] after embeddings (and projection)
+
+
+class BertModel(tf.Module):
+    """The encoder. `scope` is "electra" for the discriminator and "generator" for the generator.
+
+    Pass `embeddings` to share an existing Embeddings module (ELECTRA's tied generator embeddings):
+    the variables are then the same objects and are saved once, under their owner's scope.
+    """
+
+    def __init__(self, config: BertConfig, scope: str = "electra",
+                 embeddings: Embeddings | None = None, compute_dtype: str = "float32",
+                 seed: int = 0):
+        super().__init__(name=scope)
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"unknown compute dtype {compute_dtype!r}; expected one of "
+                             f"{sorted(COMPUTE_DTYPES)}")
+        self.config = config
+        self.scope = scope
+        self.dtype = COMPUTE_DTYPES[compute_dtype]
+        self.embeddings = embeddings if embeddings is not None else Embeddings(config, scope, seed)
+        embedding_size = self.embeddings.config.embedding_size
+        self.embeddings_project = None
+        if embedding_size != config.hidden_size:
+            self.embeddings_project = layers.Dense(
+                embedding_size, config.hidden_size, f"{scope}/embeddings_project",
+                stddev=config.initializer_range, seed=seed)
+        self.layers = [TransformerLayer(config, f"{scope}/encoder/layer_{i}", seed)
+                       for i in range(config.num_hidden_layers)]
+
+    def __call__(self, input_ids, input_mask, token_type_ids, *, training: bool, seed=None,
+                 inputs_embeds=None) -> EncoderOutput:
+        """input_ids, input_mask, token_type_ids: int32 [B, L]; seed: int [2] (needed if training)."""
+        seeds = layers.SeedStream(seed) if training else None
+        batch_size, seq_len = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+        x = self.embeddings(input_ids, token_type_ids, training=training, seeds=seeds,
+                            dtype=self.dtype, inputs_embeds=inputs_embeds)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
+        embedding_output = x
+        # Additive mask: 0 where attention is allowed, -10000 at padding (as BERT), float32.
+        attention_bias = (1.0 - tf.cast(input_mask, tf.float32))[:, tf.newaxis, tf.newaxis, :] * -10000.0
+        x = tf.reshape(x, [batch_size * seq_len, self.config.hidden_size])
+        outputs = []
+        for layer in self.layers:
+            x = layer(x, attention_bias, batch_size=batch_size, seq_len=seq_len, training=training,
+                      seeds=seeds)
+            outputs.append(tf.reshape(x, [batch_size, seq_len, self.config.hidden_size]))
+        sequence_output = outputs[-1]
+        return EncoderOutput(sequence_output, sequence_output[:, 0], outputs, embedding_output)

@@ -1,0 +1,192 @@
+"""Name-based checkpoints in the TF1 format, readable by tf.train.list_variables / load_checkpoint.
+
+Keys are plain variable names (`electra/encoder/layer_0/attention/self/query/kernel`,
+`global_step`, ...) exactly as the official release writes them, so tools that read official
+checkpoints read ours and official checkpoints load here. Writes are atomic: tensors go to a
+temporary prefix that is renamed into place, and the `checkpoint` state file is updated last.
+A checkpoint that cannot be read back (torn by a crash, truncated) is reported and skipped in
+favour of the previous one.
+"""
+import glob
+import logging
+import os
+import re
+from typing import Iterable, Mapping, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from util import io_utils
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "checkpoint"
+
+
+def checkpoint_name(variable: tf.Variable) -> str:
+    """The name a variable is saved under: its tf name without the ':0' suffix."""
+    name = variable.name
+    return name[:-2] if name.endswith(":0") else name
+
+
+def _files_of(prefix: str) -> list[str]:
+    return sorted(glob.glob(glob.escape(prefix) + ".index") +
+                  glob.glob(glob.escape(prefix) + ".data-*"))
+
+
+def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> str:
+    """Writes `tensors` (name -> value) as checkpoint `prefix`, atomically."""
+    directory = os.path.dirname(os.path.abspath(prefix))
+    os.makedirs(directory, exist_ok=True)
+    tmp_prefix = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(prefix)}")
+    names = sorted(tensors)
+    values = [tf.convert_to_tensor(tensors[n]) for n in names]
+    with tf.device("/cpu:0"):
+        tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names,
+                          shape_and_slices=[""] * len(names), tensors=values)
+    # Data shards first, index last: a prefix with an index is complete.
+    tmp_files = _files_of(tmp_prefix)
+    for path in sorted(tmp_files, key=lambda p: p.endswith(".index")):
+        os.replace(path, prefix + path[len(tmp_prefix):])
+    return prefix
+
+
+def read_all(path: str) -> dict[str, np.ndarray]:
+    """Every tensor of a checkpoint (prefix or directory), as numpy arrays."""
+    reader = tf.train.load_checkpoint(resolve(path))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def is_readable(prefix: str) -> tuple[bool, str]:
+    """Whether every tensor of the checkpoint reads back; else (False, the reason)."""
+    if not os.path.exists(prefix + ".index"):
+        return False, "index file missing"
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except Exception as e:  # noqa: BLE001 -- the reader raises several types on torn files
+        return False, str(e).splitlines()[0][:200]
+    return True, ""
+
+
+def _state_paths(directory: str) -> list[str]:
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None:
+        return []
+    paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+
+
+def latest_valid(directory: str) -> str | None:
+    """Newest checkpoint in `directory` that reads back; corrupt newer ones are reported."""
+    candidates = _state_paths(directory)
+    # Also consider complete checkpoints the state file does not list (a crash between rename
+    # and state update), newest step first.
+    for index in glob.glob(os.path.join(glob.escape(directory), "*.index")):
+        prefix = index[:-len(".index")]
+        if not os.path.basename(prefix).startswith(".tmp-") and prefix not in candidates:
+            candidates.append(prefix)
+    candidates.sort(key=_step_of, reverse=True)
+    for prefix in candidates:
+        ok, reason = is_readable(prefix)
+        if ok:
+            return prefix
+        log.warning("checkpoint %s is unreadable (%s); falling back to an older one", prefix,
+                    reason)
+    return None
+
+
+def _step_of(prefix: str) -> int:
+    match = re.search(r"-(\d+)$", prefix)
+    return int(match.group(1)) if match else -1
+
+
+def resolve(path: str) -> str:
+    """A checkpoint prefix from a prefix or a directory (its newest readable checkpoint)."""
+    if os.path.isdir(path):
+        prefix = latest_valid(path)
+        if prefix is None:
+            raise FileNotFoundError(f"no readable checkpoint in directory {path}")
+        return prefix
+    if not os.path.exists(path + ".index"):
+        raise FileNotFoundError(f"checkpoint {path} not found (no {path}.index)")
+    return path
+
+
+class RestoreReport(NamedTuple):
+    path: str
+    restored: list[str]
+    missing: list[str]  # wanted by the model, absent from the checkpoint
+    unused: list[str]  # in the checkpoint, not wanted by the model
+
+
+def restore(variables: Mapping[str, tf.Variable], path: str,
+            allow_missing: bool = False) -> RestoreReport:
+    """Assigns checkpoint values to `variables` (name -> variable) by name.
+
+    A shape mismatch is an error naming the variable and both shapes; missing names are an error
+    listing them unless `allow_missing`.
+    """
+    prefix = resolve(path)
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    missing = sorted(n for n in variables if n not in shapes)
+    if missing and not allow_missing:
+        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
+        raise ValueError(f"checkpoint {prefix} lacks {len(missing)} variables the model needs: "
+                         f"{shown}")
+    restored = []
+    for name, variable in variables.items():
+        if name not in shapes:
+            continue
+        if list(shapes[name]) != variable.shape.as_list():
+            raise ValueError(
+                f"checkpoint {prefix}: variable {name} has shape {list(shapes[name])} but the "
+                f"model expects {variable.shape.as_list()} (a checkpoint of another model size "
+                "or vocabulary?)")
+        variable.assign(tf.cast(reader.get_tensor(name), variable.dtype))
+        restored.append(name)
+    unused = sorted(set(shapes) - set(variables))
+    return RestoreReport(prefix, sorted(restored), missing, unused)
+
+
+class CheckpointManager:
+    """Saves numbered checkpoints `<dir>/model.ckpt-<step>` and keeps the newest `max_to_keep`."""
+
+    def __init__(self, directory: str, max_to_keep: int = 5, basename: str = "model.ckpt"):
+        self.directory = directory
+        self.max_to_keep = max_to_keep
+        self.basename = basename
+
+    def save(self, tensors: Mapping[str, tf.Tensor | np.ndarray], step: int) -> str:
+        prefix = os.path.join(self.directory, f"{self.basename}-{int(step)}")
+        save_tensors(prefix, tensors)
+        kept = [p for p in _state_paths(self.directory) if p != prefix and os.path.exists(p + ".index")]
+        kept.append(prefix)
+        kept.sort(key=_step_of)
+        stale, kept = kept[:-self.max_to_keep], kept[-self.max_to_keep:]
+        # The TF `checkpoint` state file (text proto), written atomically; paths relative.
+        lines = [f'model_checkpoint_path: "{os.path.basename(prefix)}"']
+        lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in kept]
+        io_utils.write_text(os.path.join(self.directory, STATE_FILE), "\n".join(lines) + "\n")
+        for old in stale:
+            for path in _files_of(old):
+                os.remove(path)
+        return prefix
+
+    def latest(self) -> str | None:
+        if not os.path.isdir(self.directory):
+            return None
+        return latest_valid(self.directory)
+
+
+def by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable]:
+    """name -> variable, refusing duplicate names (they would overwrite each other on disk)."""
+    result: dict[str, tf.Variable] = {}
+    for v in variables:
+        name = checkpoint_name(v)
+        if name in result and result[name] is not v:
+            raise ValueError(f"two different variables are named {name}")
+        result[name] = v
+    return result

@@ -1,0 +1,124 @@
+"""Hyperparameter objects filled from `--hparams` JSON, with strict key and type checks.
+
+Both configure_pretraining.py and configure_finetuning.py build on `HParams`: fields are declared
+as dataclass fields with defaults; `update()` refuses unknown keys (suggesting the closest valid
+names) and values of the wrong type (naming key, expected type and value).
+"""
+import dataclasses
+import difflib
+import json
+import os
+import typing
+from typing import Any, Mapping
+
+from util import io_utils
+
+
+class HParamError(ValueError):
+    """An hparam that does not exist or has a value of the wrong type."""
+
+
+def parse_hparams_arg(hparams: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """`--hparams` value: a JSON object string, a path to a .json file, or already a dict."""
+    if hparams is None or hparams == "":
+        return {}
+    if isinstance(hparams, Mapping):
+        return dict(hparams)
+    text = hparams.strip()
+    if text.endswith(".json") and not text.startswith("{"):
+        if not os.path.exists(text):
+            raise HParamError(f"--hparams: file {text} does not exist")
+        value = io_utils.read_json(text)
+        where = text
+    else:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise HParamError(
+                f"--hparams is neither a JSON object nor a path to a .json file: {e.msg} at "
+                f"character {e.pos} of {text!r}") from None
+        where = "--hparams"
+    if not isinstance(value, dict):
+        raise HParamError(f"{where}: expected a JSON object of hparams, got {type(value).__name__}")
+    return value
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        # JSON has one number type: accept ints for float fields, but never bools.
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (list, tuple):
+        args = typing.get_args(annotation)
+        return isinstance(value, (list, tuple)) and (
+            not args or all(_type_ok(v, args[0]) for v in value))
+    if origin is dict:
+        return isinstance(value, dict)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def hp(default: Any, help: str) -> Any:
+    """A dataclass field with a default and the one-line meaning shown in the hparams reference."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: json.loads(json.dumps(default)),
+                                 metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass
+class HParams:
+    """Base class: subclasses declare fields with defaults and a trailing comment each."""
+
+    def field_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self) if f.init]
+
+    def update(self, values: Mapping[str, Any]) -> None:
+        hints = typing.get_type_hints(type(self))
+        names = self.field_names()
+        for key, value in values.items():
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise HParamError(f"Unknown hparam {key!r}{hint}")
+            if not _type_ok(value, hints[key]):
+                raise HParamError(
+                    f"hparam {key!r} expects {_type_name(hints[key])}, got "
+                    f"{type(value).__name__} {value!r}")
+            if hints[key] is float and isinstance(value, int):
+                value = float(value)
+            setattr(self, key, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.field_names()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, Any, str]]:
+        """(name, type, default, meaning) of every hparam, for the generated reference docs."""
+        hints = typing.get_type_hints(cls)
+        rows = []
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+            rows.append((f.name, _type_name(hints[f.name]), default, f.metadata.get("help", "")))
+        return rows

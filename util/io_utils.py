@@ -1,0 +1,50 @@
+"""Atomic file output: write to a temporary name in the same directory, then rename.
+
+A crash mid-write leaves the previous file (or nothing) in place, never a torn file.
+"""
+import contextlib
+import json
+import os
+import tempfile
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
+    """Opens a temporary file next to `path`; renames it over `path` only if the block succeeds."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        if "b" in mode:
+            encoding = None
+        with os.fdopen(fd, mode, encoding=encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp_path)
+        raise
+
+
+def write_text(path: str, text: str) -> None:
+    with atomic_open(path, "w") as f:
+        f.write(text)
+
+
+def write_json(path: str, obj: Any) -> None:
+    with atomic_open(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def read_json(path: str) -> Any:
+    """Reads a JSON file; a syntax error names the file, line and column."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
