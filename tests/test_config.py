@@ -1,0 +1,97 @@
+"""--hparams parsing and the resolved pre-training / fine-tuning configs."""
+import json
+
+import pytest
+
+from configure_finetuning import FinetuningConfig
+from configure_pretraining import PretrainingConfig
+from util.hparams import HParamError
+
+
+def pretrain(hparams=None):
+    return PretrainingConfig.from_hparams("m", "/data", hparams)
+
+
+def test_official_defaults():
+    c = pretrain()
+    assert (c.mask_prob, c.disc_weight, c.gen_weight, c.learning_rate) == (0.15, 50.0, 1.0, 5e-4)
+    assert (c.num_warmup_steps, c.train_batch_size, c.num_train_steps) == (10000, 128, 1000000)
+    assert (c.generator_hidden_size, c.embedding_size, c.keep_checkpoint_max) == (0.25, 128, 5)
+    assert c.max_predictions_per_seq == int((0.15 + 0.005) * 128) == 19
+    assert c.pretrain_tfrecords == "/data/pretrain_tfrecords/pretrain_data.tfrecord*"
+    assert c.vocab_file == "/data/vocab.txt" and c.model_dir == "/data/models/m"
+
+
+def test_model_size_sets_table_6_and_user_values_win():
+    base = pretrain({"model_size": "base"})
+    assert (base.learning_rate, base.train_batch_size, base.embedding_size) == (2e-4, 256, 768)
+    assert abs(base.generator_hidden_size - 1 / 3) < 1e-9
+    large = pretrain({"model_size": "large", "mask_prob": 0.2})
+    assert (large.mask_prob, large.train_batch_size) == (0.2, 2048)
+    assert large.max_predictions_per_seq == int(0.205 * 512)
+
+
+def test_debug_mode_and_precedence():
+    c = pretrain({"debug": True, "num_train_steps": 7})
+    assert (c.train_batch_size, c.num_train_steps, c.eval_batch_size) == (8, 7, 4)
+    assert c.bert_config().hidden_size == 144 and c.bert_config().num_hidden_layers == 3
+
+
+def test_hparams_from_json_file(tmp_path):
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps({"learning_rate": 1e-3, "model_hparam_overrides": {"hidden_size": 64}}))
+    c = pretrain(str(path))
+    assert c.learning_rate == 1e-3 and c.bert_config().hidden_size == 64
+
+
+def test_int_accepted_for_float_but_not_bool():
+    assert pretrain({"disc_weight": 10}).disc_weight == 10.0
+    with pytest.raises(HParamError, match="hparam 'disc_weight' expects float, got bool True"):
+        pretrain({"disc_weight": True})
+
+
+@pytest.mark.parametrize("hparams, message", [
+    ({"mask_probb": 0.1}, "Unknown hparam 'mask_probb'; did you mean mask_prob"),
+    ({"learnig_rate": 0.1}, "did you mean learning_rate"),
+    ({"num_train_steps": "ten"}, "hparam 'num_train_steps' expects int, got str 'ten'"),
+    ({"debug": "false"}, "hparam 'debug' expects bool, got str 'false'"),
+    ({"model_size": "huge"}, "unknown model_size 'huge'; expected one of \\['base', 'large', 'small'\\]"),
+    ({"mask_prob": 1.5}, "hparam 'mask_prob' must be in \\(0, 1\\), got 1.5"),
+    ({"strategy": "horovod"}, "hparam 'strategy' must be one of"),
+    ({"max_seq_length": 1024}, "max_seq_length \\(1024\\) exceeds max_position_embeddings \\(512\\)"),
+    ({"model_hparam_overrides": {"hiden_size": 3}}, "unknown keys \\['hiden_size'\\]"),
+    ('{"a": ', "neither a JSON object nor a path"),
+    ("/no/such/file.json", "file /no/such/file.json does not exist"),
+])
+def test_pretraining_config_errors(hparams, message):
+    with pytest.raises(ValueError, match=message):
+        pretrain(hparams)
+
+
+def test_finetuning_defaults_per_task_and_size():
+    c = FinetuningConfig.from_hparams("m", "/data", {"task_names": ["sst"]})
+    assert (c.learning_rate, c.layerwise_lr_decay, c.num_train_epochs) == (3e-4, 0.8, 3.0)
+    assert (c.train_batch_size, c.warmup_proportion, c.max_seq_length) == (32, 0.1, 128)
+    assert c.init_checkpoint == "/data/models/m"
+    assert c.model_dir == "/data/models/m/finetuning_models/sst_model"
+    assert c.task_data_dir("sst") == "/data/finetuning_data/sst"
+    rte = FinetuningConfig.from_hparams("m", "/data", {"task_names": ["rte"], "model_size": "large"})
+    assert (rte.num_train_epochs, rte.learning_rate, rte.layerwise_lr_decay) == (10.0, 5e-5, 0.9)
+    squad = FinetuningConfig.from_hparams("m", "/data", {"task_names": ["squad"], "model_size": "base"})
+    assert (squad.max_seq_length, squad.num_train_epochs, squad.learning_rate) == (512, 2.0, 1e-4)
+    chunk = FinetuningConfig.from_hparams("m", "/data", {"task_names": ["chunk"],
+                                                         "num_train_epochs": 1})
+    assert (chunk.max_seq_length, chunk.num_train_epochs) == (256, 1.0)
+
+
+def test_finetuning_config_errors():
+    with pytest.raises(HParamError, match="Unknown hparam 'layerwise_decay'; did you mean layerwise_lr_decay"):
+        FinetuningConfig.from_hparams("m", "/d", {"layerwise_decay": 0.8})
+    with pytest.raises(HParamError, match="hparam 'task_names' expects list, got str 'sst'"):
+        FinetuningConfig.from_hparams("m", "/d", {"task_names": "sst"})
+
+
+def test_every_hparam_has_a_meaning():
+    for cls in (PretrainingConfig, FinetuningConfig):
+        for name, _, _, meaning in cls.describe():
+            assert meaning, f"{cls.__name__}.{name} has no help text"

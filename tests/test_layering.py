@@ -1,0 +1,51 @@
+"""Imports point one way: util <- model <- pretrain/finetune <- top-level scripts."""
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# A package may import only from the packages listed for it (besides itself and third parties).
+# pretrain/ and finetune/ may read their own configure_*.py; configs resolve architectures
+# through model/ (get_bert_config) and nothing else.
+ALLOWED = {"util": {"util"}, "model": {"util", "model"},
+           "pretrain": {"util", "model", "pretrain", "configure_pretraining"},
+           "finetune": {"util", "model", "finetune", "configure_finetuning"},
+           "configure_pretraining": {"util", "model"}, "configure_finetuning": {"util", "model"}}
+TOP_LEVEL_SCRIPTS = {p.stem for p in ROOT.glob("*.py")}
+
+
+def sources(package: str):
+    path = ROOT / f"{package}.py"
+    return [path] if path.exists() else list((ROOT / package).rglob("*.py"))
+
+
+def imported_modules(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_dependencies_point_one_way():
+    violations = []
+    for package, allowed in ALLOWED.items():
+        for path in sources(package):
+            for name in imported_modules(path):
+                if (name in ALLOWED or name in TOP_LEVEL_SCRIPTS) and name not in allowed:
+                    violations.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not violations, "\n".join(violations)
+
+
+def test_no_keras_and_no_pickle():
+    offenders = []
+    for path in ROOT.rglob("*.py"):
+        if any(part.startswith(".") for part in path.relative_to(ROOT).parts):
+            continue
+        source = path.read_text(encoding="utf-8")
+        if path.name != "test_layering.py" and ("tf.keras" in source or "import keras" in source
+                                                or "import pickle" in source):
+            offenders.append(str(path.relative_to(ROOT)))
+    assert not offenders, offenders

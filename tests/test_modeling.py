@@ -1,0 +1,174 @@
+"""The Keras-free encoder: shapes, masking, official variable names, sharing, dtypes, tracing."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model import modeling
+from util import checkpoint
+
+TINY = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=16, embedding_size=16)
+
+
+def tiny_model(**kwargs):
+    return modeling.BertModel(modeling.BertConfig(**TINY), **kwargs)
+
+
+def batch(ids):
+    ids = tf.constant(ids, tf.int32)
+    return ids, tf.cast(ids > 0, tf.int32), tf.zeros_like(ids)
+
+
+def test_output_shapes():
+    model = tiny_model()
+    out = model(*batch([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]]), training=False)
+    assert out.sequence_output.shape == (2, 5, 32)
+    assert out.pooled_output.shape == (2, 32)
+    assert len(out.all_layer_outputs) == 2
+    np.testing.assert_array_equal(out.pooled_output, out.sequence_output[:, 0])
+
+
+def test_padding_never_changes_real_positions():
+    model = tiny_model()
+    short = model(*batch([[2, 5, 6, 3]]), training=False).sequence_output
+    padded = model(*batch([[2, 5, 6, 3, 0, 0, 0]]), training=False).sequence_output
+    np.testing.assert_allclose(short[0], padded[0, :4], atol=1e-5)
+
+
+def test_variable_names_and_shapes_match_the_official_layout():
+    model = tiny_model()
+    names = {checkpoint.checkpoint_name(v): v.shape.as_list() for v in model.variables}
+    expected = {
+        "electra/embeddings/word_embeddings": [40, 16],
+        "electra/embeddings/token_type_embeddings": [2, 16],
+        "electra/embeddings/position_embeddings": [16, 16],
+        "electra/embeddings/LayerNorm/gamma": [16],
+        "electra/embeddings/LayerNorm/beta": [16],
+        "electra/embeddings_project/kernel": [16, 32],
+        "electra/embeddings_project/bias": [32],
+    }
+    for i in range(2):
+        p = f"electra/encoder/layer_{i}"
+        for part in ("query", "key", "value"):
+            expected[f"{p}/attention/self/{part}/kernel"] = [32, 32]
+            expected[f"{p}/attention/self/{part}/bias"] = [32]
+        expected[f"{p}/attention/output/dense/kernel"] = [32, 32]
+        expected[f"{p}/attention/output/dense/bias"] = [32]
+        expected[f"{p}/attention/output/LayerNorm/gamma"] = [32]
+        expected[f"{p}/attention/output/LayerNorm/beta"] = [32]
+        expected[f"{p}/intermediate/dense/kernel"] = [32, 64]
+        expected[f"{p}/intermediate/dense/bias"] = [64]
+        expected[f"{p}/output/dense/kernel"] = [64, 32]
+        expected[f"{p}/output/dense/bias"] = [32]
+        expected[f"{p}/output/LayerNorm/gamma"] = [32]
+        expected[f"{p}/output/LayerNorm/beta"] = [32]
+    assert names == expected
+    assert all(v.dtype == tf.float32 for v in model.variables)
+
+
+def test_no_projection_when_embedding_size_equals_hidden():
+    config = modeling.BertConfig(**{**TINY, "embedding_size": 32})
+    names = [checkpoint.checkpoint_name(v) for v in modeling.BertModel(config).variables]
+    assert not any("embeddings_project" in n for n in names)
+
+
+def test_generator_shares_embedding_variables(tmp_path):
+    disc = tiny_model()
+    gen_config = modeling.get_generator_config(disc.config, 0.25, 1.0)
+    gen = modeling.BertModel(gen_config, scope="generator", embeddings=disc.embeddings)
+    assert gen.embeddings.word_embeddings is disc.embeddings.word_embeddings
+    named = checkpoint.by_name(list(disc.variables) + list(gen.variables))
+    assert sum("word_embeddings" in n for n in named) == 1
+    assert "generator/embeddings_project/kernel" in named
+    assert "generator/encoder/layer_1/attention/self/query/kernel" in named
+    assert not any(n.startswith("generator/embeddings/") for n in named)
+    prefix = checkpoint.save_tensors(str(tmp_path / "ckpt"), named)
+    stored = dict(tf.train.list_variables(prefix))
+    assert stored["electra/embeddings/word_embeddings"] == [40, 16]
+    assert len(stored) == len(named)
+
+
+def test_generator_config_follows_official_sizing():
+    small = modeling.get_bert_config("small", 30522)
+    gen = modeling.get_generator_config(small, 0.25, 1.0)
+    assert (gen.hidden_size, gen.intermediate_size, gen.num_attention_heads,
+            gen.num_hidden_layers) == (64, 256, 1, 12)
+    base = modeling.get_generator_config(modeling.get_bert_config("base", 30522), 1 / 3, 1.0)
+    assert (base.hidden_size, base.num_attention_heads) == (256, 4)
+
+
+def test_dropout_follows_training_flag_and_seed():
+    model = tiny_model()
+    inputs = batch([[2, 5, 6, 3, 9, 9]])
+    eval_a = model(*inputs, training=False).sequence_output
+    eval_b = model(*inputs, training=False).sequence_output
+    np.testing.assert_array_equal(eval_a, eval_b)
+    train_a = model(*inputs, training=True, seed=[1, 2]).sequence_output
+    train_b = model(*inputs, training=True, seed=[1, 2]).sequence_output
+    train_c = model(*inputs, training=True, seed=[1, 3]).sequence_output
+    np.testing.assert_array_equal(train_a, train_b)
+    assert np.abs(train_a - train_c).max() > 1e-3
+    assert np.abs(train_a - eval_a).max() > 1e-3
+    with pytest.raises(ValueError, match="seed is required"):
+        model(*inputs, training=True)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_low_precision_compute_keeps_float32_weights(dtype):
+    ref = tiny_model()
+    low = tiny_model(compute_dtype=dtype)
+    inputs = batch([[2, 5, 6, 3, 9, 0]])
+    out = low(*inputs, training=False).sequence_output
+    assert out.dtype == modeling.COMPUTE_DTYPES[dtype]
+    assert all(v.dtype == tf.float32 for v in low.variables)
+    # Same seed, same weights: the low-precision pass tracks float32 closely (LayerNorm'd units).
+    np.testing.assert_allclose(tf.cast(out, tf.float32), ref(*inputs, training=False).sequence_output,
+                               atol=0.1)
+
+
+def test_graph_and_xla_match_eager():
+    model = tiny_model()
+    inputs = batch([[2, 5, 6, 3, 9, 0], [2, 4, 3, 0, 0, 0]])
+
+    def forward(ids, mask, types):
+        return model(ids, mask, types, training=True, seed=tf.constant([4, 5])).sequence_output
+
+    eager = forward(*inputs)
+    graph = tf.function(forward)(*inputs)
+    xla = tf.function(forward, jit_compile=True)(*inputs)
+    np.testing.assert_allclose(graph, eager, atol=1e-5)
+    np.testing.assert_allclose(xla, eager, atol=1e-4)
+
+
+def test_unknown_batch_and_length_trace_once():
+    model = tiny_model()
+    spec = tf.TensorSpec([None, None], tf.int32)
+    fn = tf.function(lambda i, m, t: model(i, m, t, training=False).sequence_output,
+                     input_signature=[spec, spec, spec])
+    assert fn(*batch([[2, 5, 3]])).shape == (1, 3, 32)
+    assert fn(*batch([[2, 5, 3, 4, 0], [2, 3, 0, 0, 0]])).shape == (2, 5, 32)
+    assert fn.experimental_get_tracing_count() == 1
+
+
+def test_config_errors_and_json_round_trip(tmp_path):
+    with pytest.raises(ValueError, match=r"hidden_size \(30\) must be a multiple of num_attention_heads \(4\)"):
+        modeling.BertConfig(vocab_size=10, hidden_size=30, num_attention_heads=4)
+    with pytest.raises(ValueError, match="unknown hidden_act 'swishy'"):
+        modeling.BertConfig(vocab_size=10, hidden_act="swishy")
+    with pytest.raises(ValueError, match=r"unknown keys \['hiden_size'\]"):
+        modeling.BertConfig.from_dict({"vocab_size": 10, "hiden_size": 8})
+    config = modeling.BertConfig(**TINY)
+    path = tmp_path / "bert_config.json"
+    path.write_text(config.to_json_string())
+    assert modeling.BertConfig.from_json_file(str(path)) == config
+
+
+def test_model_sizes_follow_table_6():
+    for size, (layers, hidden, emb, heads, ffn) in {
+            "small": (12, 256, 128, 4, 1024), "base": (12, 768, 768, 12, 3072),
+            "large": (24, 1024, 1024, 16, 4096)}.items():
+        c = modeling.get_bert_config(size, 30522)
+        assert (c.num_hidden_layers, c.hidden_size, c.embedding_size, c.num_attention_heads,
+                c.intermediate_size) == (layers, hidden, emb, heads, ffn)
+    with pytest.raises(ValueError, match="unknown model_size 'medium'"):
+        modeling.get_bert_config("medium", 100)
