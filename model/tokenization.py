@@ -1,0 +1,485 @@
+"""Tokenizers: BERT's WordPiece (fast, behaviour-identical) and SentencePiece, one interface.
+
+Both tokenizers expose the same surface, which the rest of the project codes against:
+
+    tokenizer.tokenize(text) -> list[str]
+    tokenizer.encode(text) -> list[int]
+    tokenizer.convert_tokens_to_ids(tokens) / convert_ids_to_tokens(ids)
+    tokenizer.vocab (token -> id), tokenizer.inv_vocab (id -> token), tokenizer.vocab_size
+    tokenizer.pad_id, unk_id, cls_id, sep_id, mask_id
+
+WordPiece follows BERT's algorithm exactly (clean text, CJK characters as words, lower-casing,
+accent stripping, punctuation splitting, greedy longest-match-first with "##" continuations).
+It is fast because every step after whitespace splitting is a pure function of one
+whitespace-separated word: results are memoised per word (natural text is Zipfian, so almost
+every word is a cache hit), and the per-character cleaning runs as one `str.translate` call
+with a lazily filled table. benchmarks/wordpiece_reference.py keeps the plain algorithm; the
+tests check that both give identical output on real text.
+"""
+import functools
+import itertools
+import os
+import unicodedata
+from typing import Iterable
+
+PAD_TOKEN = "[PAD]"
+UNK_TOKEN = "[UNK]"
+CLS_TOKEN = "[CLS]"
+SEP_TOKEN = "[SEP]"
+MASK_TOKEN = "[MASK]"
+SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+
+# BERT maps words longer than this (in characters, after basic tokenization) to [UNK].
+MAX_INPUT_CHARS_PER_WORD = 100
+# Distinct words remembered per tokenizer; 2**18 covers the head of any natural corpus.
+WORD_CACHE_SIZE = 1 << 18
+
+
+# ---------------------------------------------------------------------------------------------
+# Character classes, with BERT's definitions.
+
+
+def is_whitespace(char: str) -> bool:
+    """Space, tab, newline, carriage return, or any Unicode space separator (Zs)."""
+    # \t, \n and \r are control characters to Unicode, but BERT treats them as whitespace.
+    if char in " \t\n\r":
+        return True
+    return unicodedata.category(char) == "Zs"
+
+
+def is_control(char: str) -> bool:
+    """Any Unicode "C*" category character except tab, newline and carriage return."""
+    if char in "\t\n\r":
+        return False
+    return unicodedata.category(char).startswith("C")
+
+
+def is_punctuation(char: str) -> bool:
+    """Unicode "P*" characters, plus every non-alphanumeric printable ASCII character."""
+    cp = ord(char)
+    # BERT counts ASCII symbols such as "$", "^", "`", "+" as punctuation too, although
+    # Unicode puts them in the symbol categories.
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def is_cjk_char(cp: int) -> bool:
+    """CJK Unified Ideographs blocks (not Hangul, Hiragana or Katakana, which use spaces)."""
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+class _CleaningTable(dict):
+    """`str.translate` table for BERT's cleaning and CJK spacing, filled on first sight of a char.
+
+    Both steps map each character independently (drop NUL, U+FFFD and control characters; turn
+    whitespace into " "; surround CJK ideographs with spaces), so one translate pass does both.
+    """
+
+    def __missing__(self, cp: int) -> str | None:
+        char = chr(cp)
+        if cp == 0 or cp == 0xFFFD or is_control(char):
+            value = None
+        elif is_whitespace(char):
+            value = " "
+        elif is_cjk_char(cp):
+            value = f" {char} "
+        else:
+            value = char
+        self[cp] = value
+        return value
+
+
+_CLEANING_TABLE = _CleaningTable()
+# Pre-fill ASCII so that pure-ASCII text takes CPython's fast ASCII translate path at once.
+for _cp in range(128):
+    _CLEANING_TABLE[_cp]  # pylint: disable=pointless-statement
+_PUNCTUATION_CACHE: dict[str, bool] = {chr(cp): is_punctuation(chr(cp)) for cp in range(128)}
+
+
+def _is_punctuation_cached(char: str) -> bool:
+    result = _PUNCTUATION_CACHE.get(char)
+    if result is None:
+        result = _PUNCTUATION_CACHE[char] = is_punctuation(char)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Text helpers kept for code written against BERT's tokenization module.
+
+
+def convert_to_unicode(text: str | bytes) -> str:
+    """Returns `text` as str; bytes are decoded as UTF-8, dropping invalid bytes (as BERT does)."""
+    if isinstance(text, str):
+        return text
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "ignore")
+    raise TypeError(f"expected str or bytes, got {type(text).__name__}")
+
+
+def printable_text(text: str | bytes) -> str:
+    """Text suitable for print() / logging."""
+    return convert_to_unicode(text)
+
+
+def whitespace_tokenize(text: str) -> list[str]:
+    """Splits on runs of whitespace (Python's definition), dropping empty pieces."""
+    return text.split()
+
+
+def strip_accents_from(text: str) -> str:
+    """NFD-decomposes `text` and drops the combining marks (category Mn)."""
+    text = unicodedata.normalize("NFD", text)
+    if text.isascii():
+        return text
+    return "".join(c for c in text if unicodedata.category(c) != "Mn")
+
+
+def split_on_punctuation(text: str) -> list[str]:
+    """Every punctuation character becomes its own piece: "don't!" -> ["don", "'", "t", "!"]."""
+    pieces = []
+    start = 0
+    for i, char in enumerate(text):
+        if _is_punctuation_cached(char):
+            if start < i:
+                pieces.append(text[start:i])
+            pieces.append(char)
+            start = i + 1
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
+
+
+# ---------------------------------------------------------------------------------------------
+# Vocabulary.
+
+
+def load_vocab(vocab_file: str) -> dict[str, int]:
+    """Reads a BERT vocab.txt (one token per line, id = line number - 1) into an ordered dict.
+
+    Raises:
+      ValueError: missing file, a line that is not UTF-8, or a token listed twice (each names
+        the file and line).
+    """
+    if not os.path.isfile(vocab_file):
+        raise ValueError(f"vocabulary file {vocab_file} does not exist")
+    with open(vocab_file, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line does not start a token
+    vocab: dict[str, int] = {}
+    for index, raw in enumerate(lines):
+        try:
+            token = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{vocab_file}:{index + 1}: vocabulary line is not valid UTF-8 "
+                f"(byte {e.start} of the line: {raw[e.start:e.start + 1]!r})") from None
+        if index == 0:
+            token = token.lstrip("\ufeff")
+        token = token.strip()  # BERT strips each line, so "\r\n" files load the same
+        if token in vocab:
+            raise ValueError(
+                f"{vocab_file}:{index + 1}: token {token!r} is listed twice "
+                f"(first on line {vocab[token] + 1})")
+        vocab[token] = index
+    if not vocab:
+        raise ValueError(f"vocabulary file {vocab_file} is empty")
+    return vocab
+
+
+def _special_ids(vocab: dict[str, int], source: str) -> tuple[int, int, int, int, int]:
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ValueError(
+            f"vocabulary {source} is missing the special token(s) {' '.join(missing)}; "
+            f"ELECTRA needs all of {' '.join(SPECIAL_TOKENS)}")
+    return tuple(vocab[t] for t in SPECIAL_TOKENS)  # type: ignore[return-value]
+
+
+class _TokenizerBase:
+    """Shared id conversion and special-token attributes."""
+
+    vocab: dict[str, int]
+    inv_vocab: dict[int, str]
+    _source: str
+
+    def _init_special_ids(self) -> None:
+        (self.pad_id, self.unk_id, self.cls_id, self.sep_id,
+         self.mask_id) = _special_ids(self.vocab, self._source)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        """Token -> id for [PAD] [UNK] [CLS] [SEP] [MASK]."""
+        return {t: self.vocab[t] for t in SPECIAL_TOKENS}
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        vocab = self.vocab
+        try:
+            return [vocab[t] for t in tokens]
+        except KeyError as e:
+            raise ValueError(f"token {e.args[0]!r} is not in the vocabulary {self._source}") from None
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        inv = self.inv_vocab
+        try:
+            return [inv[int(i)] for i in ids]
+        except KeyError as e:
+            raise ValueError(
+                f"id {e.args[0]} is outside the vocabulary {self._source} "
+                f"(size {self.vocab_size})") from None
+
+    def tokenize(self, text: str) -> list[str]:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        return self.convert_tokens_to_ids(self.tokenize(text))
+
+
+# ---------------------------------------------------------------------------------------------
+# WordPiece.
+
+
+class BasicTokenizer:
+    """BERT's basic tokenization: cleaning, CJK spacing, lower-casing, accents, punctuation.
+
+    Args:
+      do_lower_case: lower-case each word.
+      strip_accents: drop combining accents after NFD decomposition. None follows
+        `do_lower_case` (BERT's behaviour, and Hugging Face's convention); True/False force it
+        on or off independently of casing.
+    """
+
+    def __init__(self, do_lower_case: bool = True, strip_accents: bool | None = None):
+        self.do_lower_case = do_lower_case
+        self.strip_accents = do_lower_case if strip_accents is None else bool(strip_accents)
+        self._word_cache = functools.lru_cache(maxsize=WORD_CACHE_SIZE)(self._split_word)
+
+    @staticmethod
+    def clean_and_split(text: str) -> list[str]:
+        """Cleans text and adds CJK spacing (one translate pass), then splits on whitespace."""
+        return convert_to_unicode(text).translate(_CLEANING_TABLE).split()
+
+    def _split_word(self, word: str) -> tuple[str, ...]:
+        """Lower-case / strip accents / split punctuation for one whitespace-free word."""
+        if self.do_lower_case:
+            word = word.lower()
+        if self.strip_accents:
+            word = strip_accents_from(word)
+        pieces = split_on_punctuation(word)
+        # BERT re-splits on whitespace at the end; NFD never yields whitespace in practice,
+        # but keeping the step makes equality with the reference unconditional.
+        return tuple(" ".join(pieces).split())
+
+    def tokenize(self, text: str) -> list[str]:
+        """text -> words and punctuation marks, e.g. "Héllo, World!" -> hello , world !"""
+        return list(itertools.chain.from_iterable(
+            map(self._word_cache, self.clean_and_split(text))))
+
+
+class WordpieceTokenizer:
+    """Greedy longest-match-first WordPiece over a vocab; non-initial pieces carry "##".
+
+    "unaffable" -> ["un", "##aff", "##able"]; a word that cannot be covered, or is longer than
+    `max_input_chars_per_word` characters, becomes the unknown token.
+    """
+
+    def __init__(self, vocab: dict[str, int], unk_token: str = UNK_TOKEN,
+                 max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD):
+        self.vocab = vocab
+        self.unk_token = unk_token
+        self.max_input_chars_per_word = max_input_chars_per_word
+        # Longest entry bounds the first substring tried, instead of the whole word.
+        self._max_piece_len = max((len(t) for t in vocab), default=1)
+
+    def tokenize_word(self, word: str) -> tuple[str, ...]:
+        """One basic-tokenized word -> its pieces."""
+        n = len(word)
+        if n > self.max_input_chars_per_word:
+            return (self.unk_token,)
+        vocab = self.vocab
+        if word in vocab:  # the common case: a whole word in the vocabulary
+            return (word,)
+        pieces = []
+        start = 0
+        while start < n:
+            prefix = "##" if start > 0 else ""
+            end = min(n, start + self._max_piece_len)
+            while end > start:
+                piece = prefix + word[start:end]
+                if piece in vocab:
+                    break
+                end -= 1
+            else:
+                return (self.unk_token,)
+            pieces.append(piece)
+            start = end
+        return tuple(pieces)
+
+    def tokenize(self, text: str) -> list[str]:
+        """Whitespace-separated, already basic-tokenized text -> word pieces."""
+        out: list[str] = []
+        for word in text.split():
+            out.extend(self.tokenize_word(word))
+        return out
+
+
+class FullTokenizer(_TokenizerBase):
+    """BERT/ELECTRA WordPiece tokenizer reading a vocab.txt.
+
+    Args:
+      vocab_file: one token per line; must contain [PAD] [UNK] [CLS] [SEP] [MASK].
+      do_lower_case: True for uncased vocabularies (the released ELECTRA models).
+      strip_accents: None follows do_lower_case; True/False force it.
+    """
+
+    kind = "wordpiece"
+
+    def __init__(self, vocab_file: str, do_lower_case: bool = True,
+                 strip_accents: bool | None = None):
+        self._source = vocab_file
+        self.vocab_file = vocab_file
+        self.vocab = load_vocab(vocab_file)
+        self.inv_vocab = {i: t for t, i in self.vocab.items()}
+        self._init_special_ids()
+        self.do_lower_case = do_lower_case
+        self.basic_tokenizer = BasicTokenizer(do_lower_case, strip_accents)
+        self.strip_accents = self.basic_tokenizer.strip_accents
+        self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab, unk_token=UNK_TOKEN)
+        self._tokens_cache = functools.lru_cache(maxsize=WORD_CACHE_SIZE)(self._word_tokens)
+        self._ids_cache = functools.lru_cache(maxsize=WORD_CACHE_SIZE)(self._word_ids)
+
+    def _word_tokens(self, word: str) -> tuple[str, ...]:
+        """One whitespace-separated word of cleaned text -> all of its word pieces."""
+        # Bypasses the basic tokenizer's own cache: this cache already remembers the word.
+        split = self.basic_tokenizer._split_word(word)  # pylint: disable=protected-access
+        tokenize_word = self.wordpiece_tokenizer.tokenize_word
+        if len(split) == 1:
+            return tokenize_word(split[0])
+        return tuple(itertools.chain.from_iterable(map(tokenize_word, split)))
+
+    def _word_ids(self, word: str) -> tuple[int, ...]:
+        vocab = self.vocab
+        return tuple(vocab[t] for t in self._tokens_cache(word))
+
+    def tokenize(self, text: str) -> list[str]:
+        """text -> word pieces, e.g. "Unwanted running" -> un ##want ##ed runn ##ing"""
+        words = BasicTokenizer.clean_and_split(text)
+        return list(itertools.chain.from_iterable(map(self._tokens_cache, words)))
+
+    def encode(self, text: str) -> list[int]:
+        """text -> word-piece ids (no [CLS]/[SEP] added)."""
+        words = BasicTokenizer.clean_and_split(text)
+        return list(itertools.chain.from_iterable(map(self._ids_cache, words)))
+
+
+# ---------------------------------------------------------------------------------------------
+# SentencePiece.
+
+
+class SentencePieceTokenizer(_TokenizerBase):
+    """A SentencePiece model behind the same interface as FullTokenizer.
+
+    The model must contain the pieces [PAD] [UNK] [CLS] [SEP] [MASK] (train_sentencepiece()
+    puts them at ids 0-4). Pieces are the model's own ("▁the", "re", ...), without "##".
+
+    Args:
+      model_file: path of a SentencePiece .model file.
+      do_lower_case: lower-case text before encoding (for models trained on lower-cased text).
+    """
+
+    kind = "sentencepiece"
+
+    def __init__(self, model_file: str, do_lower_case: bool = False):
+        import sentencepiece as spm  # imported here so WordPiece users never need it
+
+        if not os.path.isfile(model_file):
+            raise ValueError(f"SentencePiece model {model_file} does not exist")
+        self._source = model_file
+        self.model_file = model_file
+        self.do_lower_case = do_lower_case
+        self.strip_accents = False
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.Load(model_file)
+        except (OSError, RuntimeError) as e:
+            raise ValueError(f"{model_file} is not a SentencePiece model: {e}") from None
+        self.vocab = {self.sp.IdToPiece(i): i for i in range(self.sp.GetPieceSize())}
+        self.inv_vocab = {i: t for t, i in self.vocab.items()}
+        self._init_special_ids()
+
+    def tokenize(self, text: str) -> list[str]:
+        text = convert_to_unicode(text)
+        if self.do_lower_case:
+            text = text.lower()
+        return self.sp.EncodeAsPieces(text)
+
+    def encode(self, text: str) -> list[int]:
+        text = convert_to_unicode(text)
+        if self.do_lower_case:
+            text = text.lower()
+        return self.sp.EncodeAsIds(text)
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        # Pieces for characters outside the model (which SentencePiece passes through) are [UNK].
+        vocab, unk = self.vocab, self.unk_id
+        return [vocab.get(t, unk) for t in tokens]
+
+
+def train_sentencepiece(sentences: Iterable[str], model_prefix: str, vocab_size: int,
+                        *, do_lower_case: bool = False, max_sentences: int = 2_000_000, model_type: str = "unigram") -> str:
+    """Trains a SentencePiece model with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0..4.
+
+    Args:
+      sentences: training text, one sentence/paragraph per item (blank items are skipped).
+      model_prefix: writes `<prefix>.model` and `<prefix>.vocab`.
+      vocab_size: number of pieces including the five special tokens.
+      do_lower_case: lower-case the training text (pair with SentencePieceTokenizer(..., True)).
+      max_sentences: at most this many sentences are read.
+
+    Returns:
+      The path of the .model file.
+
+    Raises:
+      ValueError: the vocabulary size does not fit the text, or there is no text.
+    """
+    import sentencepiece as spm
+
+    def _lines():
+        for line in itertools.islice((s.strip() for s in sentences if s.strip()), max_sentences):
+            yield line.lower() if do_lower_case else line
+
+    try:
+        spm.SentencePieceTrainer.Train(
+            sentence_iterator=_lines(), model_prefix=model_prefix, vocab_size=vocab_size,
+            model_type=model_type, character_coverage=0.9999,
+            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+            pad_piece=PAD_TOKEN, unk_piece=UNK_TOKEN,
+            # Control symbols are never produced from raw text, so a literal "[SEP]" in the
+            # corpus cannot turn into a separator.
+            control_symbols=[CLS_TOKEN, SEP_TOKEN, MASK_TOKEN],
+            shuffle_input_sentence=False, num_threads=1, minloglevel=2)
+    except RuntimeError as e:
+        raise ValueError(f"SentencePiece training with vocab_size={vocab_size} failed: {e}") from None
+    return model_prefix + ".model"
+
+
+def build_tokenizer(vocab_file: str | None = None, spm_model: str | None = None,
+                    do_lower_case: bool = True, strip_accents: bool | None = None
+                    ) -> FullTokenizer | SentencePieceTokenizer:
+    """WordPiece from `vocab_file` or SentencePiece from `spm_model` (exactly one)."""
+    if (vocab_file is None) == (spm_model is None):
+        raise ValueError("give exactly one of vocab_file (WordPiece) and spm_model (SentencePiece)")
+    if spm_model is not None:
+        if strip_accents:
+            raise ValueError("strip_accents applies to WordPiece vocabularies only, "
+                             f"not to the SentencePiece model {spm_model}")
+        return SentencePieceTokenizer(spm_model, do_lower_case=do_lower_case)
+    return FullTokenizer(vocab_file, do_lower_case=do_lower_case, strip_accents=strip_accents)
