@@ -1,0 +1,321 @@
+"""Helpers shared by the pre-training and fine-tuning loops.
+
+- `Progress`: a tqdm bar (step, loss, lr, examples/s, ETA) on a terminal, plain log lines otherwise.
+- `SummaryWriter`: TensorBoard scalars (tf.summary) that do nothing on non-chief workers.
+- `RunLock`: one run per model dir; the lock file holds the owner's pid and host, and a lock left
+  by a dead process (same host) or not refreshed for a long time (other host) counts as stale.
+- `check_finite` / `all_finite` / `NonFiniteError`: stop a run on a NaN or Inf with the step.
+- `write_results`: metrics as JSON and as "key = value" text, both written atomically.
+
+Nothing here imports the rest of the project except util/io_utils.
+"""
+import contextlib
+import errno
+import json
+import logging
+import math
+import os
+import socket
+import sys
+import time
+from typing import Any, Iterable, Mapping
+
+import tensorflow as tf
+
+from util import io_utils
+
+log = logging.getLogger(__name__)
+
+
+def secs_to_str(secs: float) -> str:
+    """3723 -> '1h 02m 03s'; 63 -> '1m 03s'; 5.2 -> '5s'."""
+    secs = max(0, int(round(secs)))
+    hours, rest = divmod(secs, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {seconds:02d}s"
+    if minutes:
+        return f"{minutes}m {seconds:02d}s"
+    return f"{seconds}s"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value != 0.0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+            return f"{value:.3e}"
+        return f"{value:.4f}"
+    return str(value)
+
+
+class Progress:
+    """Progress of a loop of `total` steps: a tqdm bar on a terminal, else a log line per update.
+
+    `update(step, examples=n, loss=..., lr=...)` moves the bar to `step` (absolute, so a resumed
+    run starts part-way), shows the metrics and examples/s (from the `examples` processed since
+    the previous update) and the ETA.
+    """
+
+    def __init__(self, total: int, initial: int = 0, desc: str = "train", enabled: bool = True,
+                 use_bar: bool | None = None, min_log_interval: float = 0.0, stream=None):
+        self.total, self.step, self.enabled = total, initial, enabled
+        self.desc = desc
+        self._start_step, self._start = initial, time.time()
+        self._last_time = self._start
+        self._last_log = 0.0
+        self.min_log_interval = min_log_interval
+        self.examples_per_sec: float | None = None
+        stream = stream or sys.stderr
+        if use_bar is None:
+            use_bar = hasattr(stream, "isatty") and stream.isatty()
+        self._bar = None
+        if enabled and use_bar:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, initial=initial, desc=desc, unit="step", file=stream,
+                             dynamic_ncols=True, smoothing=0.1)
+
+    def eta_secs(self) -> float | None:
+        done = self.step - self._start_step
+        if done <= 0:
+            return None
+        return (time.time() - self._start) / done * max(0, self.total - self.step)
+
+    def update(self, step: int, examples: int | None = None, **metrics: Any) -> None:
+        now = time.time()
+        if examples is not None and now > self._last_time:
+            self.examples_per_sec = examples / (now - self._last_time)
+        self._last_time = now
+        delta, self.step = step - self.step, step
+        if not self.enabled:
+            return
+        shown = dict(metrics)
+        if self.examples_per_sec is not None:
+            shown["ex/s"] = round(self.examples_per_sec, 1)
+        if self._bar is not None:
+            self._bar.set_postfix({k: _fmt(v) for k, v in shown.items()}, refresh=False)
+            self._bar.update(delta)
+            return
+        if now - self._last_log < self.min_log_interval and step < self.total:
+            return
+        self._last_log = now
+        eta = self.eta_secs()
+        parts = [f"{self.desc} step {step}/{self.total}"]
+        parts += [f"{k} {_fmt(v)}" for k, v in shown.items()]
+        if eta is not None:
+            parts.append(f"ETA {secs_to_str(eta)}")
+        log.info(", ".join(parts))
+
+    def write(self, message: str) -> None:
+        """A log line that does not break the bar."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(message)
+        else:
+            log.info(message)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+_SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
+    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars")
+).SerializeToString()
+
+
+def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value), ...] from the event files in `logdir` (for tests and tools)."""
+    result: dict[str, list[tuple[int, float]]] = {}
+    for name in sorted(os.listdir(logdir)):
+        if not name.startswith("events.out.tfevents"):
+            continue
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(logdir, name)):
+            for value in event.summary.value:
+                number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
+                          else value.simple_value)
+                result.setdefault(value.tag, []).append((int(event.step), number))
+    return result
+
+
+class SummaryWriter:
+    """TensorBoard scalars under `logdir`; a no-op when not `enabled` (non-chief workers)."""
+
+    def __init__(self, logdir: str, enabled: bool = True):
+        self.enabled = enabled
+        self._writer = tf.summary.create_file_writer(logdir) if enabled else None
+
+    def scalars(self, step: int, values: Mapping[str, Any], prefix: str = "") -> None:
+        if self._writer is None:
+            return
+        with self._writer.as_default(step=int(step)):
+            for name, value in values.items():
+                if value is None:
+                    continue
+                # tf.summary.write (core TF) with the scalars plugin's metadata: what
+                # tf.summary.scalar writes, without needing the tensorboard package installed.
+                tf.summary.write(prefix + name, tf.constant(float(value), tf.float32),
+                                 metadata=_SCALAR_METADATA)
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class RunLockError(RuntimeError):
+    """Another live run owns the model dir."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class RunLock:
+    """An exclusive lock on a directory: `<directory>/<filename>` holding {pid, host, started}.
+
+    A second run pointed at the same directory raises RunLockError naming the owner. A lock is
+    stale, and is taken over with a warning, when its owner ran on this host and that pid is gone,
+    or when it ran on another host and has not been refreshed (`heartbeat()`) for
+    `stale_after_secs`. Use as a context manager, or acquire()/release().
+    """
+
+    def __init__(self, directory: str, filename: str = ".run.lock",
+                 stale_after_secs: float = 3600.0):
+        self.path = os.path.join(directory, filename)
+        self.stale_after_secs = stale_after_secs
+        self.held = False
+        self.host = socket.gethostname()
+
+    def _owner(self) -> dict | None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return json.loads(f.read() or "{}")
+        except FileNotFoundError:
+            return None
+        except (ValueError, OSError):
+            return {}  # unreadable: half-written by a dying process
+
+    def _stale_reason(self, owner: dict) -> str | None:
+        pid, host = owner.get("pid"), owner.get("host")
+        if not isinstance(pid, int) or not host:
+            age = time.time() - os.path.getmtime(self.path)
+            return "unreadable lock file" if age > 60 else None
+        if host == self.host:
+            if pid == os.getpid():
+                return None
+            return None if _pid_alive(pid) else f"pid {pid} on {host} is no longer running"
+        age = time.time() - os.path.getmtime(self.path)
+        if age > self.stale_after_secs:
+            return f"not refreshed for {secs_to_str(age)} (owner pid {pid} on {host})"
+        return None
+
+    def acquire(self) -> "RunLock":
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        payload = json.dumps({"pid": os.getpid(), "host": self.host, "started": time.time()})
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is None:
+                    continue  # released meanwhile
+                reason = self._stale_reason(owner)
+                if reason is None:
+                    raise RunLockError(
+                        f"{os.path.dirname(self.path)} is in use by another run (pid "
+                        f"{owner.get('pid')} on host {owner.get('host')}, lock file {self.path}). "
+                        "Wait for it to finish or stop it; if it is dead, delete the lock file."
+                    ) from None
+                log.warning("taking over stale lock %s: %s", self.path, reason)
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self.path)
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(payload)
+            self.held = True
+            return self
+        raise RunLockError(f"could not acquire lock {self.path} (contended)")
+
+    def heartbeat(self) -> None:
+        """Refreshes the lock's mtime so runs on other hosts see it is alive."""
+        if self.held:
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        owner = self._owner()
+        if owner and owner.get("pid") == os.getpid() and owner.get("host") == self.host:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)
+        self.held = False
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or Inf appeared in a loss or gradient; `step` says where."""
+
+    def __init__(self, message: str, step: int | None = None, names: Iterable[str] = ()):
+        super().__init__(message)
+        self.step = step
+        self.names = list(names)
+
+
+def check_finite(values: Mapping[str, Any], step: int, context: str = "") -> None:
+    """Raises NonFiniteError naming the step and every non-finite entry of `values`."""
+    bad = [name for name, value in values.items()
+           if value is not None and not math.isfinite(float(value))]
+    if bad:
+        shown = ", ".join(f"{n}={float(values[n])}" for n in bad)
+        raise NonFiniteError(f"non-finite values at step {step}{context}: {shown}", step, bad)
+
+
+def all_finite(tensors: Iterable[tf.Tensor]) -> tf.Tensor:
+    """Scalar bool: every element of every tensor is finite (for use inside tf.function)."""
+    checks = [tf.reduce_all(tf.math.is_finite(tf.cast(t, tf.float32))) for t in tensors
+              if t is not None]
+    if not checks:
+        return tf.constant(True)
+    return tf.reduce_all(tf.stack(checks))
+
+
+def write_results(json_path: str, txt_path: str | None, results: Mapping[str, Any],
+                  header: str | None = None) -> None:
+    """Writes `results` as a JSON object and as sorted "key = value" lines, atomically."""
+    plain = {k: (v.item() if hasattr(v, "item") else v) for k, v in results.items()}
+    io_utils.write_json(json_path, plain)
+    if txt_path:
+        lines = [header] if header else []
+        lines += [f"{k} = {_fmt(v) if isinstance(v, float) else v}" for k, v in sorted(plain.items())]
+        io_utils.write_text(txt_path, "\n".join(lines) + "\n")
+
+
+def is_writable_dir(directory: str) -> tuple[bool, str]:
+    """Whether files can be created in `directory` (created if missing); else the reason."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with io_utils.atomic_open(os.path.join(directory, ".write_test")) as f:
+            f.write("ok")
+        os.remove(os.path.join(directory, ".write_test"))
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno in (errno.EACCES, errno.EROFS, errno.ENOSPC) \
+            else str(e)
+        return False, reason
+    return True, ""
