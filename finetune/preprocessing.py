@@ -1,0 +1,219 @@
+"""Featurized datasets: examples -> tfrecords (a cache) -> tf.data batches of int32/float32 features.
+
+One list of FeatureSpecs (shared + every task's) both writes and parses the records. Each dataset
+is padded to a multiple of the batch size with rows whose `task_id` is len(task_names), so every
+batch has a static shape (drop_remainder) and no example is dropped; those rows carry zero loss
+and are skipped in scoring (as the official release).
+
+Cache: `<preprocessed_data_dir>/<tasks>_<split>_<key hash>.tfrecord` plus a `.metadata.json`
+holding the full key. The key covers everything that changes the records: the vocabulary's
+content hash, tokenizer type and casing, max_seq_length, task order, task settings, example
+limits, batch size (padding) and the shuffle seed; a changed setting gets a new file instead of
+reusing stale features. Files are written under a temporary name and renamed, metadata last, so
+a crash never leaves a cache entry that looks complete.
+"""
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import random
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import configure_finetuning
+from finetune import feature_spec
+from finetune import task as task_lib
+from util import io_utils
+
+log = logging.getLogger(__name__)
+
+# Bump when the record layout or featurization code changes meaning.
+FEATURE_FORMAT_VERSION = 1
+# Per-epoch shuffle buffer on top of the write-time full shuffle (official: 100 after a full one).
+SHUFFLE_BUFFER = 10000
+
+
+@functools.lru_cache(maxsize=8)
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class PreparedData:
+    """A featurized, padded split on disk."""
+    path: str  # the .tfrecord file
+    n_examples: int  # rows including padding (a multiple of batch_size)
+    n_real: int  # rows that are examples
+    batch_size: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.n_examples // self.batch_size
+
+
+class Preprocessor:
+    """Writes, caches and reads the featurized datasets of a set of tasks."""
+
+    def __init__(self, config: configure_finetuning.FinetuningConfig,
+                 tasks: Sequence[task_lib.Task], tokenizer=None):
+        self._config = config
+        self._tasks = list(tasks)
+        self._name_to_task = {t.name: t for t in tasks}
+        self._tokenizer = tokenizer
+        self.feature_specs = feature_spec.get_shared_feature_specs(config.max_seq_length)
+        for t in tasks:
+            self.feature_specs += t.get_feature_specs()
+        names = [spec.name for spec in self.feature_specs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"feature names declared twice across tasks: {duplicates}")
+        self._specs_by_name = {spec.name: spec for spec in self.feature_specs}
+        self._parsing_specs = {spec.name: spec.parsing_spec() for spec in self.feature_specs}
+
+    # -- public -----------------------------------------------------------------------------------
+
+    def prepare_train(self) -> PreparedData:
+        return self._prepare(self._tasks, "train", is_training=True)
+
+    def prepare_predict(self, tasks: Sequence[task_lib.Task], split: str) -> PreparedData:
+        return self._prepare(list(tasks), split, is_training=False)
+
+    def train_dataset(self, data: PreparedData, seed: int, epoch: int,
+                      skip_batches: int = 0) -> tf.data.Dataset:
+        """Batches of one epoch, in an order fixed by (seed, epoch); skips the first batches when
+        resuming mid-epoch so a resumed run sees exactly the batches an uninterrupted one would."""
+        d = tf.data.TFRecordDataset(data.path)
+        d = d.shuffle(min(SHUFFLE_BUFFER, data.n_examples), seed=_mix(seed, epoch),
+                      reshuffle_each_iteration=False)
+        d = d.map(self._decode, num_parallel_calls=tf.data.AUTOTUNE)
+        d = d.batch(data.batch_size, drop_remainder=True)
+        if skip_batches:
+            d = d.skip(skip_batches)
+        return d.prefetch(2)
+
+    def predict_dataset(self, data: PreparedData) -> tf.data.Dataset:
+        d = tf.data.TFRecordDataset(data.path)
+        d = d.map(self._decode, num_parallel_calls=tf.data.AUTOTUNE)
+        return d.batch(data.batch_size, drop_remainder=True).prefetch(2)
+
+    def padding_features(self) -> dict[str, Any]:
+        """A padding row: every feature at its default, task_id = number of tasks."""
+        return {"task_id": len(self._config.task_names)}
+
+    def make_tf_example(self, features: dict[str, Any], where: str = "") -> tf.train.Example:
+        unknown = sorted(set(features) - set(self._specs_by_name))
+        if unknown:
+            raise ValueError(f"{where}: featurize returned undeclared features {unknown}; "
+                             "declare them in the task's get_feature_specs()")
+        feature = {}
+        for spec in self.feature_specs:
+            values = features[spec.name] if spec.name in features else spec.default_values()
+            try:
+                feature[spec.name] = spec.to_feature(values)
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+        return tf.train.Example(features=tf.train.Features(feature=feature))
+
+    # -- cache ------------------------------------------------------------------------------------
+
+    def cache_key(self, tasks: Sequence[task_lib.Task], split: str, is_training: bool) -> dict:
+        c = self._config
+        tokenizer = self._tokenizer
+        return {
+            "format": FEATURE_FORMAT_VERSION,
+            "split": split,
+            "tasks": [t.name for t in tasks],
+            "task_names": list(c.task_names),  # task ids are positions in this list
+            "task_settings": {t.name: t.cache_key() for t in tasks},
+            "max_examples": {t.name: t.max_examples(split) for t in tasks},
+            "vocab_sha256": file_sha256(c.vocab_file) if c.vocab_file and os.path.isfile(
+                c.vocab_file) else None,
+            "tokenizer": type(tokenizer).__name__ if tokenizer is not None else None,
+            "do_lower_case": c.do_lower_case,
+            "max_seq_length": c.max_seq_length,
+            "batch_size": self._batch_size(is_training),
+            "shuffle_seed": c.seed if is_training else None,
+        }
+
+    def _batch_size(self, is_training: bool) -> int:
+        return self._config.train_batch_size if is_training else self._config.eval_batch_size
+
+    def _prepare(self, tasks, split, is_training) -> PreparedData:
+        key = self.cache_key(tasks, split, is_training)
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+        name = "_".join(sorted(t.name for t in tasks)) + f"_{split}_{digest}"
+        prefix = os.path.join(self._config.preprocessed_data_dir, name)
+        record_path, metadata_path = prefix + ".tfrecord", prefix + ".metadata.json"
+        batch_size = self._batch_size(is_training)
+        if self._config.use_tfrecords_if_existing and os.path.exists(metadata_path) and \
+                os.path.exists(record_path):
+            metadata = io_utils.read_json(metadata_path)
+            if metadata.get("key") == key:
+                log.info("using cached features %s (%d examples)", record_path,
+                         metadata["n_real"])
+                return PreparedData(record_path, metadata["n_examples"], metadata["n_real"],
+                                    batch_size)
+            log.info("cached features %s were made with other settings; rebuilding", record_path)
+        examples = []
+        for t in tasks:
+            task_examples = t.get_examples(split)
+            log.info("%s %s: %d examples", t.name, split, len(task_examples))
+            examples += task_examples
+        if is_training:
+            # Mix tasks and examples once at write time; each epoch reshuffles a window on top.
+            random.Random(self._config.seed).shuffle(examples)
+        n_examples, n_real = self._write(examples, is_training, record_path, batch_size)
+        io_utils.write_json(metadata_path, {"key": key, "n_examples": n_examples,
+                                            "n_real": n_real})
+        return PreparedData(record_path, n_examples, n_real, batch_size)
+
+    def _write(self, examples: Iterable[task_lib.Example], is_training: bool, path: str,
+               batch_size: int) -> tuple[int, int]:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp_path = f"{path}.tmp-{os.getpid()}"
+        n = 0
+        try:
+            with tf.io.TFRecordWriter(tmp_path) as writer:
+                for i, example in enumerate(examples):
+                    task = self._name_to_task[example.task_name]
+                    log_it = self._config.log_examples and i < 1
+                    featurized = task.featurize(example, is_training, log_it)
+                    for features in featurized if isinstance(featurized, list) else [featurized]:
+                        where = f"task {task.name} example {example.eid} ({example.source})"
+                        writer.write(self.make_tf_example(features, where).SerializeToString())
+                        n += 1
+                n_real = n
+                padding = self.make_tf_example(self.padding_features(), "padding row")
+                while n % batch_size:
+                    writer.write(padding.SerializeToString())
+                    n += 1
+            os.replace(tmp_path, path)
+        except BaseException:
+            if os.path.exists(tmp_path):
+                os.remove(tmp_path)
+            raise
+        return n, n_real
+
+    def _decode(self, record: tf.Tensor) -> dict[str, tf.Tensor]:
+        example = tf.io.parse_single_example(record, self._parsing_specs)
+        # tf.Example stores int64; the model (and TPUs) want int32.
+        return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
+
+
+def _mix(seed: int, epoch: int) -> int:
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+
+
+def decode_batch_outputs(outputs: dict[str, np.ndarray]) -> Iterable[dict[str, np.ndarray]]:
+    """Splits a batch of outputs (name -> [B, ...]) into one dict per row."""
+    size = len(next(iter(outputs.values())))
+    for i in range(size):
+        yield {k: v[i] for k, v in outputs.items()}

@@ -1,0 +1,143 @@
+"""The fine-tuning `Task` interface: a data half (pure Python) and a model half (a head module).
+
+A task plugs into run_finetuning.py by subclassing `Task` and registering in task_builder.py:
+
+  data half   get_examples(split)       raw examples read from the task's data directory
+              featurize(example, ...)   one example -> one feature dict (or a list of them, e.g.
+                                        QA windows), keys from get_feature_specs()
+              get_feature_specs()       the task's own features, named "<task>_..."
+              get_scorer(split)         a Scorer fed the per-example outputs of the head
+              get_eval_splits()         dev splits and the names their results are reported under
+              get_test_splits()         splits whose predictions write_test_outputs writes
+              write_test_predictions()  predictions -> files (GLUE TSVs, SQuAD json, ...)
+              cache_key()               settings that change featurization (feature-cache key)
+  model half  create_head(bert_config)  a heads.TaskHead under "task_specific/<task>/"
+
+Several tasks train together in one batch: every row carries all tasks' features (zeros for the
+others) plus `task_id`, and the loss of each row comes from its own task's head (as the
+official multi-task design).
+"""
+import abc
+import dataclasses
+import os
+from typing import Any, Sequence
+
+import configure_finetuning
+from finetune import feature_spec
+from finetune import heads
+from finetune import scorer as scorer_lib
+from model import modeling
+
+# Rows read per split in debug mode unless max_*_examples says otherwise (the official release
+# reads 100 lines per file in debug mode).
+DEBUG_MAX_EXAMPLES = 100
+
+
+class TaskDataError(ValueError):
+    """Task data that is missing or malformed; the message names the file (and line)."""
+
+
+@dataclasses.dataclass
+class Example:
+    """One raw example. `eid` is unique within (task, split); `source` is "file:line"."""
+    task_name: str
+    eid: int
+    source: str = ""
+
+
+class Task(abc.ABC):
+    """Override to add a fine-tuning task (see the module docstring)."""
+
+    # Alternative directory names tried when <raw_data_dir with {task}=name> does not exist,
+    # e.g. ("SST-2",) so the GLUE download layout works unchanged.
+    alt_dir_names: Sequence[str] = ()
+
+    def __init__(self, config: configure_finetuning.FinetuningConfig, name: str):
+        self.config = config
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Task({self.name})"
+
+    # -- where the data is ------------------------------------------------------------------------
+
+    def data_dir(self) -> str:
+        """The task's data directory; raises TaskDataError naming every place looked at."""
+        candidates = [self.config.task_data_dir(self.name)]
+        candidates += [self.config.task_data_dir(alt) for alt in self.alt_dir_names]
+        for path in candidates:
+            if os.path.isdir(path):
+                return path
+        raise TaskDataError(
+            f"task {self.name!r}: data directory not found; looked for "
+            f"{' or '.join(candidates)} (set hparam raw_data_dir, a pattern with {{task}})")
+
+    def data_file(self, filename: str) -> str:
+        """Path of `filename` in the task's data directory; a clear error when it is missing."""
+        directory = self.data_dir()
+        path = os.path.join(directory, filename)
+        if not os.path.isfile(path):
+            present = sorted(os.listdir(directory))
+            raise TaskDataError(
+                f"task {self.name!r}: expected file {path} (directory has: "
+                f"{', '.join(present) if present else 'nothing'})")
+        return path
+
+    def max_examples(self, split: str) -> int | None:
+        """How many examples of `split` to read: max_train_examples / max_eval_examples / all."""
+        if split == "train":
+            limit = self.config.max_train_examples
+        elif split.startswith("dev"):
+            limit = self.config.max_eval_examples
+        else:
+            limit = None
+        if limit is None and self.config.debug:
+            limit = DEBUG_MAX_EXAMPLES
+        return limit
+
+    # -- data half --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_examples(self, split: str) -> list[Example]:
+        """Examples of `split` ("train", "dev", "test", or task-specific names)."""
+
+    @abc.abstractmethod
+    def get_feature_specs(self) -> list[feature_spec.FeatureSpec]:
+        """This task's features (the shared ones come from feature_spec.get_shared_feature_specs)."""
+
+    @abc.abstractmethod
+    def featurize(self, example: Example, is_training: bool,
+                  log_example: bool = False) -> dict[str, Any] | list[dict[str, Any]]:
+        """Feature dict(s) for one example, including the shared features and "task_id"."""
+
+    @abc.abstractmethod
+    def get_scorer(self, split: str = "dev") -> scorer_lib.Scorer:
+        """A fresh scorer for evaluating on `split`."""
+
+    def get_eval_splits(self) -> list[tuple[str, str]]:
+        """(split, results name) pairs evaluated by do_eval; MNLI has matched and mismatched."""
+        return [("dev", self.name)]
+
+    def get_test_splits(self) -> list[str]:
+        return ["test"]
+
+    def write_test_predictions(self, outputs: list[dict[str, Any]], split: str,
+                               output_dir: str) -> list[str]:
+        """Writes predictions for `split` from the head's per-example outputs; returns the paths.
+
+        Tasks without a test-output format leave this unimplemented (the runner logs a skip).
+        """
+        raise NotImplementedError(f"task {self.name!r} does not write test predictions")
+
+    def cache_key(self) -> dict[str, Any]:
+        """Task settings that change featurized data; part of the tfrecord cache key."""
+        return {}
+
+    def task_id(self) -> int:
+        return self.config.task_names.index(self.name)
+
+    # -- model half -------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_head(self, bert_config: modeling.BertConfig, seed: int = 0) -> heads.TaskHead:
+        """The task's head; its variables are created now, under "task_specific/<task>/"."""

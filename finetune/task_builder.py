@@ -1,0 +1,77 @@
+"""Task names -> Task objects, and the tokenizer tasks share.
+
+To add a task: implement it (see finetune/task.py) and add one line to TASKS,
+"name": "package.module:ClassName". Modules are imported only when their task is used, so a task
+family (QA, tagging) costs nothing to runs that do not use it. Every registered class is
+constructed as Class(config, tokenizer).
+"""
+import importlib
+import logging
+import os
+
+import configure_finetuning
+from finetune import task as task_lib
+from model import tokenization
+
+log = logging.getLogger(__name__)
+
+_GLUE = "finetune.classification.classification_tasks"
+TASKS: dict[str, str] = {
+    "cola": f"{_GLUE}:CoLA",
+    "sst": f"{_GLUE}:SST",
+    "mrpc": f"{_GLUE}:MRPC",
+    "sts": f"{_GLUE}:STS",
+    "qqp": f"{_GLUE}:QQP",
+    "mnli": f"{_GLUE}:MNLI",
+    "qnli": f"{_GLUE}:QNLI",
+    "rte": f"{_GLUE}:RTE",
+    "wnli": f"{_GLUE}:WNLI",
+}
+
+
+def build_tokenizer(config: configure_finetuning.FinetuningConfig):
+    """The tokenizer of the pre-trained model: WordPiece vocab.txt, or a SentencePiece .model.
+
+    Raises:
+      ValueError: the vocabulary file is missing or larger than the model's vocab_size.
+    """
+    path = config.vocab_file
+    if not path or not os.path.isfile(path):
+        raise ValueError(f"vocabulary file {path} not found (hparam vocab_file; by default "
+                         "<data_dir>/models/<model_name>/vocab.txt, else <data_dir>/vocab.txt)")
+    if path.endswith(".model"):
+        tokenizer = tokenization.build_tokenizer(spm_model=path,
+                                                 do_lower_case=config.do_lower_case)
+    else:
+        tokenizer = tokenization.build_tokenizer(vocab_file=path,
+                                                 do_lower_case=config.do_lower_case)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"vocabulary {path} has {tokenizer.vocab_size} tokens but the model's "
+                         f"vocab_size is {config.vocab_size}; set hparam vocab_size")
+    if tokenizer.vocab_size != config.vocab_size:
+        log.warning("vocabulary %s has %d tokens, the model's vocab_size is %d", path,
+                    tokenizer.vocab_size, config.vocab_size)
+    return tokenizer
+
+
+def task_class(name: str) -> type:
+    """The Task class registered under `name` (imported now)."""
+    if name not in TASKS:
+        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
+    module_name, class_name = TASKS[name].split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def get_task(config: configure_finetuning.FinetuningConfig, task_name: str,
+             tokenizer) -> task_lib.Task:
+    return task_class(task_name)(config, tokenizer)
+
+
+def get_tasks(config: configure_finetuning.FinetuningConfig, tokenizer=None) -> list[task_lib.Task]:
+    """One Task per entry of config.task_names, in that order (task_id = position)."""
+    for name in config.task_names:
+        task_class(name)  # unknown names fail before the tokenizer loads
+    if len(set(config.task_names)) != len(config.task_names):
+        raise ValueError(f"task_names lists a task twice: {config.task_names}")
+    tokenizer = tokenizer if tokenizer is not None else build_tokenizer(config)
+    return [get_task(config, name, tokenizer) for name in config.task_names]
