@@ -63,11 +63,10 @@ class Preprocessor:
     """Writes, caches and reads the featurized datasets of a set of tasks."""
 
     def __init__(self, config: configure_finetuning.FinetuningConfig,
-                 tasks: Sequence[task_lib.Task], tokenizer=None):
+                 tasks: Sequence[task_lib.Task]):
         self._config = config
         self._tasks = list(tasks)
         self._name_to_task = {t.name: t for t in tasks}
-        self._tokenizer = tokenizer
         self.feature_specs = feature_spec.get_shared_feature_specs(config.max_seq_length)
         for t in tasks:
             self.feature_specs += t.get_feature_specs()
@@ -126,7 +125,6 @@ class Preprocessor:
 
     def cache_key(self, tasks: Sequence[task_lib.Task], split: str, is_training: bool) -> dict:
         c = self._config
-        tokenizer = self._tokenizer
         return {
             "format": FEATURE_FORMAT_VERSION,
             "split": split,
@@ -136,7 +134,7 @@ class Preprocessor:
             "max_examples": {t.name: t.max_examples(split) for t in tasks},
             "vocab_sha256": file_sha256(c.vocab_file) if c.vocab_file and os.path.isfile(
                 c.vocab_file) else None,
-            "tokenizer": type(tokenizer).__name__ if tokenizer is not None else None,
+            "tokenizer": "sentencepiece" if (c.vocab_file or "").endswith(".model") else "wordpiece",
             "do_lower_case": c.do_lower_case,
             "max_seq_length": c.max_seq_length,
             "batch_size": self._batch_size(is_training),

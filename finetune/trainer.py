@@ -1,0 +1,317 @@
+"""ModelRunner: trains, checkpoints, resumes and evaluates one fine-tuning trial.
+
+One trial = one seed = one directory `<model_dir>_<trial>` holding its checkpoint (model,
+optimizer slots, global_step), TensorBoard events, its settings and its dev results. Re-running
+continues a halted trial from its newest checkpoint; the data order and dropout masks are pure
+functions of (seed, step), so a resumed trial takes the same steps an uninterrupted one would.
+
+The step follows the official release: loss = SUM over the batch of each row's own-task loss
+(one replica). With several replicas each sums its share and the gradients are averaged, as the
+official TPU CrossShardOptimizer does. AdamW with warm-up + linear decay and layer-wise learning
+rates comes from model/optimization.py.
+"""
+import logging
+import math
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import configure_finetuning
+from finetune import finetuning_model
+from finetune import preprocessing
+from finetune import task as task_lib
+from model import optimization
+from util import checkpoint
+from util import distribution
+from util import io_utils
+from util import training_utils
+
+log = logging.getLogger(__name__)
+
+SETTINGS_FILE = "finetune_config.json"
+RESULTS_FILE = "eval_results.json"
+# Hparams that do not change what a trial learns: a resumed trial may differ in these.
+NOT_TRAINING_SETTINGS = frozenset({
+    "do_train", "do_eval", "num_trials", "keep_all_models", "log_examples", "write_test_outputs",
+    "n_writes_test", "eval_batch_size", "predict_batch_size", "max_eval_examples",
+    "iterations_per_loop", "save_checkpoints_steps", "use_tfrecords_if_existing", "use_xla",
+    "strategy", "use_tpu", "num_tpu_cores", "tpu_job_name", "tpu_name", "tpu_zone", "gcp_project",
+    "model_dir", "results_txt", "results_json", "preprocessed_data_dir", "test_predictions_dir",
+    "qa_dir", "raw_data_dir", "data_dir", "model_name", "vocab_file", "qa_na_threshold",
+    "n_best_size", "max_answer_length",
+})
+
+
+def training_settings(config: configure_finetuning.FinetuningConfig) -> dict[str, Any]:
+    """The hparams a trial's checkpoint depends on (compared when resuming)."""
+    return {k: v for k, v in config.to_dict().items() if k not in NOT_TRAINING_SETTINGS}
+
+
+def trial_dir(config: configure_finetuning.FinetuningConfig, trial: int) -> str:
+    return f"{config.model_dir}_{trial}"
+
+
+class ModelRunner:
+    """Builds the model of one trial; `initialize()`, then `train()` / `evaluate()` / `predict()`."""
+
+    def __init__(self, config: configure_finetuning.FinetuningConfig,
+                 tasks: Sequence[task_lib.Task], preprocessor: preprocessing.Preprocessor,
+                 trial: int = 1, strategy: tf.distribute.Strategy | None = None):
+        self.config = config
+        self.tasks = list(tasks)
+        self.trial = trial
+        self.seed = config.seed + trial - 1
+        self.model_dir = trial_dir(config, trial)
+        self.preprocessor = preprocessor
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.is_chief = distribution.is_chief(self.strategy)
+        self.use_xla = distribution.default_use_xla(config.use_xla)
+        self.train_data = None
+        self.train_steps = 0
+        if config.do_train:
+            distribution.per_replica_batch_size(config.train_batch_size, self.strategy)
+            self.train_data = preprocessor.prepare_train()
+            # As the official release: whole epochs of the padded set, epochs may be fractional.
+            self.train_steps = max(1, int(self.train_data.steps_per_epoch *
+                                          config.num_train_epochs))
+        with self.strategy.scope():
+            self.model = finetuning_model.FinetuningModel(config, tasks, seed=self.seed)
+            self.optimizer = None
+            if config.do_train:
+                self.optimizer = optimization.create_optimizer(
+                    self.model.trainable_variables, config.learning_rate, self.train_steps,
+                    weight_decay_rate=config.weight_decay_rate,
+                    warmup_proportion=config.warmup_proportion,
+                    layerwise_lr_decay=config.layerwise_lr_decay,
+                    num_layers=self.model.bert_config.num_hidden_layers,
+                    clip_norm=config.clip_norm,
+                    bias_correction=config.adam_bias_correction,
+                    decay_after_warmup=config.lr_decay_after_warmup,
+                    official_layerwise=config.layerwise_lr_decay_official)
+        self.manager = checkpoint.CheckpointManager(self.model_dir, max_to_keep=1)
+        self._train_fn = None
+        self._predict_fn = None
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def global_step(self) -> int:
+        return int(self.optimizer.global_step.numpy()) if self.optimizer is not None else 0
+
+    def _state_variables(self) -> dict[str, tf.Variable]:
+        variables = list(self.model.variables)
+        if self.optimizer is not None:
+            variables += list(self.optimizer.variables)
+        return checkpoint.by_name(variables)
+
+    def check_settings(self) -> None:
+        """Refuses to resume a trial directory that was trained with other settings."""
+        path = os.path.join(self.model_dir, SETTINGS_FILE)
+        if not os.path.exists(path):
+            return
+        saved = io_utils.read_json(path).get("training_settings", {})
+        current = training_settings(self.config)
+        diffs = [f"{k}: {saved.get(k)!r} there, {current.get(k)!r} now"
+                 for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
+        if diffs and self.manager.latest() is not None:
+            raise ValueError(
+                f"{self.model_dir} holds a trial trained with other settings ("
+                + "; ".join(diffs[:5]) + "). Delete that directory or set another model_dir.")
+
+    def initialize(self) -> str:
+        """Resumes from the trial's checkpoint, else loads init_checkpoint; returns which."""
+        self.check_settings()
+        latest = self.manager.latest()
+        if latest is not None:
+            variables = self._state_variables()
+            checkpoint.restore(variables, latest, allow_missing=self.optimizer is None)
+            log.info("trial %d: resumed from %s (step %d)", self.trial, latest, self.global_step)
+            return "resumed"
+        if self.config.init_checkpoint:
+            self.model.restore_pretrained(self.config.init_checkpoint)
+            source = "pretrained"
+        else:
+            log.warning("trial %d: no init_checkpoint; the encoder starts from random weights",
+                        self.trial)
+            source = "random"
+        if self.is_chief and self.config.do_train:
+            io_utils.write_json(os.path.join(self.model_dir, SETTINGS_FILE), {
+                "training_settings": training_settings(self.config),
+                "bert_config": self.model.bert_config.to_dict(), "init": source})
+        return source
+
+    def save(self) -> str | None:
+        if not self.is_chief:
+            return None
+        tensors = {name: var.read_value() for name, var in self._state_variables().items()}
+        return self.manager.save(tensors, self.global_step)
+
+    # -- training ---------------------------------------------------------------------------------
+
+    def _build_train_fn(self):
+        model, optimizer, strategy = self.model, self.optimizer, self.strategy
+        variables = list(model.trainable_variables)
+        base_seed = tf.constant(self.seed, tf.int64)
+        total_steps = float(self.train_steps)
+        replicas = strategy.num_replicas_in_sync
+
+        @tf.function(jit_compile=self.use_xla)
+        def forward_backward(features, seed, percent_done):
+            with tf.GradientTape() as tape:
+                loss, _ = model(features, training=True, seed=seed, percent_done=percent_done)
+            return loss, tape.gradient(loss, variables)
+
+        def replica_step(features):
+            step = optimizer.global_step.read_value()
+            seed = tf.stack([base_seed, step])  # dropout masks: a function of (seed, step)
+            context = tf.distribute.get_replica_context()
+            if replicas > 1:
+                seed = tf.random.experimental.stateless_fold_in(
+                    seed, context.replica_id_in_sync_group)
+            percent_done = tf.cast(step, tf.float32) / total_steps
+            loss, grads = forward_backward(features, seed, percent_done)
+            if replicas > 1:
+                grads = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+            grad_norm = optimizer.apply(grads, variables)
+            return loss, grad_norm
+
+        @tf.function
+        def train_steps(iterator, num_steps):
+            total = tf.constant(0.0)
+            grad_norm = tf.constant(0.0)
+            for _ in tf.range(num_steps):
+                loss, norm = strategy.run(replica_step, args=(next(iterator),))
+                total += strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+                grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
+            return total / tf.cast(num_steps, tf.float32), grad_norm
+
+        return train_steps
+
+    def train(self) -> None:
+        """Trains to `train_steps`, one progress bar per epoch, checkpointing as it goes."""
+        if self._train_fn is None:
+            self._train_fn = self._build_train_fn()
+        config, data = self.config, self.train_data
+        steps_per_epoch = data.steps_per_epoch
+        n_epochs = math.ceil(self.train_steps / steps_per_epoch)
+        step = self.global_step
+        if step >= self.train_steps:
+            log.info("trial %d: already trained (%d steps)", self.trial, step)
+            return
+        log.info("trial %d: training %d steps (%d epochs of %d batches of %d; %d examples), "
+                 "starting at step %d", self.trial, self.train_steps, n_epochs, steps_per_epoch,
+                 data.batch_size, data.n_real, step)
+        summaries = training_utils.SummaryWriter(self.model_dir, enabled=self.is_chief)
+        save_every = max(1, config.save_checkpoints_steps)
+        # Host round trips per epoch: enough for a smooth bar, few enough to cost nothing.
+        block = max(1, min(config.iterations_per_loop, max(1, steps_per_epoch // 50)))
+        try:
+            while step < self.train_steps:
+                epoch = step // steps_per_epoch
+                epoch_start = epoch * steps_per_epoch
+                epoch_end = min(epoch_start + steps_per_epoch, self.train_steps)
+                dataset = self.preprocessor.train_dataset(data, self.seed, epoch,
+                                                          skip_batches=step - epoch_start)
+                iterator = iter(self.strategy.experimental_distribute_dataset(dataset))
+                progress = training_utils.Progress(
+                    epoch_end - epoch_start, initial=step - epoch_start,
+                    desc=f"trial {self.trial} epoch {epoch + 1}/{n_epochs}",
+                    enabled=self.is_chief, min_log_interval=30.0)
+                while step < epoch_end:
+                    n = min(block, epoch_end - step, save_every - step % save_every)
+                    mean_loss, grad_norm = self._train_fn(iterator, tf.constant(n, tf.int32))
+                    step = self.global_step
+                    values = {"loss": float(mean_loss) / data.batch_size,
+                              "grad_norm": float(grad_norm),
+                              "learning_rate": float(self.optimizer.learning_rate())}
+                    training_utils.check_finite(values, step, f" (trial {self.trial})")
+                    progress.update(step - epoch_start, examples=n * data.batch_size,
+                                    loss=values["loss"], lr=values["learning_rate"])
+                    summaries.scalars(step, values, prefix="train/")
+                    if step % save_every == 0 and step < self.train_steps:
+                        self.save()
+                progress.close()
+                self.save()  # every epoch and at the end: a rerun continues from here
+        finally:
+            summaries.close()
+
+    # -- evaluation -------------------------------------------------------------------------------
+
+    def _build_predict_fn(self):
+        model, strategy = self.model, self.strategy
+
+        def replica_predict(features):
+            _, outputs = model(features, training=False)
+            return outputs
+
+        @tf.function
+        def predict_step(features):
+            outputs = strategy.run(replica_predict, args=(features,))
+            if strategy.num_replicas_in_sync > 1:
+                outputs = tf.nest.map_structure(lambda t: strategy.gather(t, axis=0), outputs)
+            return outputs
+
+        return predict_step
+
+    def predict(self, task: task_lib.Task, split: str) -> list[dict[str, np.ndarray]]:
+        """The head outputs of every example (feature row) of `task` on `split`, in file order."""
+        if self._predict_fn is None:
+            self._predict_fn = self._build_predict_fn()
+        data = self.preprocessor.prepare_predict([task], split)
+        dataset = self.strategy.experimental_distribute_dataset(
+            self.preprocessor.predict_dataset(data))
+        task_index = self.config.task_names.index(task.name)
+        rows: list[dict[str, np.ndarray]] = []
+        for batch in dataset:
+            outputs = self._predict_fn(batch)
+            task_ids = outputs["task_id"].numpy()
+            mine = {k: v.numpy() for k, v in outputs[task.name].items()}
+            for i in np.flatnonzero(task_ids == task_index):  # padding rows dropped
+                rows.append({k: v[i] for k, v in mine.items()})
+        if len(rows) != data.n_real:
+            raise RuntimeError(f"{task.name} {split}: got outputs for {len(rows)} of "
+                               f"{data.n_real} examples")
+        return rows
+
+    def evaluate_task(self, task: task_lib.Task, split: str = "dev") -> dict[str, float]:
+        scorer = task.get_scorer(split)
+        for row in self.predict(task, split):
+            scorer.update(row)
+        log.info("trial %d %s %s: %s", self.trial, task.name, split, scorer.results_str())
+        return {k: float(v) for k, v in scorer.get_results()}
+
+    def evaluate(self) -> dict[str, dict[str, float]]:
+        """{results name: {metric: value}} over every task's eval splits (MNLI: both)."""
+        results = {}
+        for task in self.tasks:
+            for split, name in task.get_eval_splits():
+                results[name] = self.evaluate_task(task, split)
+        if self.is_chief:
+            summaries = training_utils.SummaryWriter(os.path.join(self.model_dir, "eval"))
+            for name, metrics in results.items():
+                summaries.scalars(self.global_step, metrics, prefix=f"{name}/")
+            summaries.close()
+        return results
+
+    def write_test_outputs(self, output_dir: str) -> list[str]:
+        """Predictions on every task's test splits, in the task's submission format."""
+        written = []
+        for task in self.tasks:
+            if type(task).write_test_predictions is task_lib.Task.write_test_predictions:
+                log.warning("skipping test outputs of %s: the task has no submission format",
+                            task.name)
+                continue
+            for split in task.get_test_splits():
+                try:
+                    rows = self.predict(task, split)
+                except task_lib.TaskDataError as e:
+                    if split == "diagnostic":  # optional in most GLUE copies
+                        log.warning("skipping %s %s: %s", task.name, split, e)
+                        continue
+                    raise
+                written += task.write_test_predictions(rows, split, output_dir)
+        for path in written:
+            log.info("wrote %s", path)
+        return written

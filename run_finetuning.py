@@ -1,0 +1,170 @@
+"""Fine-tunes a pre-trained ELECTRA discriminator on downstream tasks (GLUE, ...).
+
+    python run_finetuning.py --data-dir D --model-name M \
+        --hparams '{"model_size": "small", "task_names": ["sst"]}'
+
+Task data comes from D/finetuning_data/<task>/ (GLUE download directory names such as SST-2 also
+work), initial weights from D/models/M (or hparam init_checkpoint), the vocabulary from
+D/models/M/vocab.txt or D/vocab.txt. Each of `num_trials` trials (seed + trial - 1) trains in
+D/models/M/finetuning_models/<tasks>_model_<trial>/ and is evaluated on dev; per-trial and
+median results go to D/models/M/results/<tasks>_results.{txt,json}. With write_test_outputs,
+GLUE submission TSVs of the first n_writes_test trials go to D/models/M/test_predictions/trial_<t>/.
+Re-running the same command continues halted trials and reuses finished ones.
+"""
+import argparse
+import glob
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+import configure_finetuning
+from finetune import preprocessing
+from finetune import task_builder
+from finetune import trainer
+from util import distribution
+from util import io_utils
+from util import training_utils
+
+log = logging.getLogger("run_finetuning")
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+def median_results(trials: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """{results name: {metric: median over trials}} (metrics missing from a trial are skipped)."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for trial in trials:
+        for name, metrics in trial["results"].items():
+            for metric, value in metrics.items():
+                values.setdefault(name, {}).setdefault(metric, []).append(float(value))
+    return {name: {m: float(np.median(v)) for m, v in metrics.items()}
+            for name, metrics in values.items()}
+
+
+def _line(results: dict[str, dict[str, float]]) -> str:
+    # Sorted, so a first run and a rerun (results read back from JSON) print the same line.
+    return "; ".join(f"{name}: " + " - ".join(f"{k}: {v:.2f}" for k, v in sorted(metrics.items()))
+                     for name, metrics in sorted(results.items()))
+
+
+def write_results(config: configure_finetuning.FinetuningConfig,
+                  trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """Writes every trial's dev results and their median, as text and JSON (atomically)."""
+    median = median_results(trials)
+    summary = {"model_name": config.model_name, "task_names": config.task_names,
+               "num_trials": len(trials), "trials": trials, "median": median}
+    io_utils.write_json(config.results_json, summary)
+    lines = [f"model {config.model_name}, tasks {','.join(config.task_names)}: "
+             f"{len(trials)} trial(s)"]
+    lines += [f"trial {t['trial']} (seed {t['seed']}, step {t['global_step']}): "
+              f"{_line(t['results'])}" for t in trials]
+    lines.append(f"median of {len(trials)}: {_line(median)}")
+    io_utils.write_text(config.results_txt, "\n".join(lines) + "\n")
+    log.info("results written to %s and %s", config.results_txt, config.results_json)
+    return summary
+
+
+def _eval_key(config: configure_finetuning.FinetuningConfig) -> dict[str, Any]:
+    return {"max_eval_examples": config.max_eval_examples, "debug": config.debug}
+
+
+def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: int,
+                        need_test_outputs: bool) -> dict[str, Any] | None:
+    """The saved record of a trial that finished with the same settings, else None."""
+    path = os.path.join(trainer.trial_dir(config, trial), trainer.RESULTS_FILE)
+    if not config.do_train or not os.path.exists(path):
+        return None
+    record = io_utils.read_json(path)
+    if (record.get("training_settings") != trainer.training_settings(config)
+            or record.get("eval_key") != _eval_key(config)
+            or record.get("global_step", -1) < record.get("train_steps", 0)
+            or (need_test_outputs and not record.get("test_outputs"))):
+        return None
+    return record
+
+
+def _remove_checkpoints(directory: str) -> None:
+    for path in glob.glob(os.path.join(glob.escape(directory), "model.ckpt-*")):
+        os.remove(path)
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def run_trial(config, tasks, preprocessor, trial, strategy) -> dict[str, Any] | None:
+    """Trains (or resumes) and evaluates one trial; returns its record when do_eval."""
+    is_chief = distribution.is_chief(strategy)
+    need_test = config.write_test_outputs and trial <= config.n_writes_test
+    finished = load_finished_trial(config, trial, need_test)
+    if finished is not None:
+        log.info("trial %d already finished (step %d); reusing its results", trial,
+                 finished["global_step"])
+        return finished
+    runner = trainer.ModelRunner(config, tasks, preprocessor, trial, strategy)
+    runner.initialize()
+    if config.do_train:
+        runner.train()
+    record = None
+    if config.do_eval:
+        record = {"trial": trial, "seed": runner.seed, "global_step": runner.global_step,
+                  "train_steps": runner.train_steps, "results": runner.evaluate(),
+                  "training_settings": trainer.training_settings(config),
+                  "eval_key": _eval_key(config), "test_outputs": []}
+    if need_test:
+        output_dir = os.path.join(config.test_predictions_dir, f"trial_{trial}")
+        written = runner.write_test_outputs(output_dir)
+        if record is not None:
+            record["test_outputs"] = written
+    if record is not None and is_chief:
+        io_utils.write_json(os.path.join(runner.model_dir, trainer.RESULTS_FILE), record)
+    return record
+
+
+def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, Any] | None:
+    """Runs every trial; returns the results summary (None without do_eval)."""
+    log.info("fine-tuning config:\n%s", config.to_json())
+    strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
+                                          config.gcp_project)
+    tokenizer = task_builder.build_tokenizer(config)
+    tasks = task_builder.get_tasks(config, tokenizer)
+    preprocessor = preprocessing.Preprocessor(config, tasks)
+    lock_dir, lock_name = os.path.split(os.path.abspath(config.model_dir))
+    summary = None
+    with training_utils.RunLock(lock_dir, filename=f".{lock_name}.lock"):
+        records = []
+        for trial in range(1, config.num_trials + 1):
+            log.info("=== trial %d/%d: model %s, tasks %s ===", trial, config.num_trials,
+                     config.model_name, ",".join(config.task_names))
+            record = run_trial(config, tasks, preprocessor, trial, strategy)
+            if record is not None:
+                records.append(record)
+                if distribution.is_chief(strategy):
+                    summary = write_results(config, [
+                        {k: r[k] for k in ("trial", "seed", "global_step", "results")}
+                        for r in records])
+            if not config.keep_all_models and trial != config.num_trials:
+                _remove_checkpoints(trainer.trial_dir(config, trial))
+    if summary is not None:
+        log.info("median over %d trial(s): %s", len(records), _line(summary["median"]))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", required=True,
+                        help="directory holding finetuning_data/ and models/")
+    parser.add_argument("--model-name", required=True, help="the pre-trained model's name")
+    parser.add_argument("--hparams", default="{}",
+                        help="JSON object of hyperparameters, or a path to a .json file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = configure_finetuning.FinetuningConfig.from_hparams(args.model_name, args.data_dir,
+                                                                args.hparams)
+    run_finetuning(config)
+
+
+if __name__ == "__main__":
+    main()
