@@ -19,6 +19,7 @@ tests check that both give identical output on real text.
 import functools
 import itertools
 import os
+import re
 import unicodedata
 from typing import Iterable
 
@@ -96,6 +97,8 @@ _CLEANING_TABLE = _CleaningTable()
 # Pre-fill ASCII so that pure-ASCII text takes CPython's fast ASCII translate path at once.
 for _cp in range(128):
     _CLEANING_TABLE[_cp]  # pylint: disable=pointless-statement
+# All non-alphanumeric printable ASCII, captured so re.split keeps the marks as pieces.
+_ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 _PUNCTUATION_CACHE: dict[str, bool] = {chr(cp): is_punctuation(chr(cp)) for cp in range(128)}
 
 
@@ -131,14 +134,18 @@ def whitespace_tokenize(text: str) -> list[str]:
 
 def strip_accents_from(text: str) -> str:
     """NFD-decomposes `text` and drops the combining marks (category Mn)."""
-    text = unicodedata.normalize("NFD", text)
     if text.isascii():
-        return text
+        return text  # ASCII has no decompositions
+    text = unicodedata.normalize("NFD", text)
     return "".join(c for c in text if unicodedata.category(c) != "Mn")
 
 
 def split_on_punctuation(text: str) -> list[str]:
     """Every punctuation character becomes its own piece: "don't!" -> ["don", "'", "t", "!"]."""
+    if text.isalnum():
+        return [text]  # letters and digits (L*, N*) are never punctuation
+    if text.isascii():
+        return [piece for piece in _ASCII_PUNCTUATION.split(text) if piece]
     pieces = []
     start = 0
     for i, char in enumerate(text):

@@ -1,0 +1,507 @@
+"""Planning and running a pre-training data build: shards, held-out split, resume, metadata.
+
+The plan is a pure function of the corpus (file names and sizes), the flags and the seed:
+  1. the corpus is cut into units (whole files; large plain files in ranges that end after a
+     blank line), shuffled with the seed;
+  2. units are dealt to G = min(num_out_files, #units) groups, each to the group with the least
+     text so far; group g fills shards g, g+G, g+2G, ... (just shard g when G = num_out_files);
+  3. the last round(eval_fraction * G) groups (at least one when G >= 2) are held out: their
+     shards are listed in metadata.json under "eval_files". Held-out shards are built from whole
+     files or ranges of documents that no training shard sees.
+Groups run in any order on any number of processes (example_builder.build_group); a shard is
+written under a temporary name and renamed when complete, so a re-run with the same settings
+skips complete shards, and a changed setting is refused instead of mixing two datasets.
+"""
+import dataclasses
+import datetime
+import hashlib
+import math
+import multiprocessing
+import os
+import queue as queue_lib
+import re
+import sys
+import time
+from typing import Callable
+
+from model import tokenization
+from pretrain import corpus, example_builder, pretrain_data
+from util import io_utils
+
+TARGET_SHARD_BYTES = 32 << 20   # auto shard count: about this much text per shard ...
+MIN_SHARD_BYTES = 64 << 10      # ... but never shards smaller than this
+MIN_CHUNK_BYTES = 64 << 10      # large plain files are cut into ranges of this size or more
+MAX_CHUNK_BYTES = 64 << 20
+SPM_MODEL_NAME = "spm.model"
+SPM_MAX_SENTENCES = 2_000_000
+
+
+class BuildError(ValueError):
+    """A build that cannot proceed: bad settings, an output dir of another build, no output."""
+
+
+@dataclasses.dataclass
+class BuildConfig:
+    """Settings of build_pretraining_dataset.py (see its --help for each)."""
+    corpus_dir: str
+    output_dir: str
+    vocab_file: str | None = None
+    spm_model: str | None = None
+    vocab_size: int | None = None          # train a SentencePiece model of this size
+    do_lower_case: bool | None = None      # None: True for WordPiece, False for SentencePiece
+    strip_accents: bool | None = None      # None: follow do_lower_case (WordPiece only)
+    max_seq_length: int = 128
+    num_processes: int = 1
+    blanks_separate_docs: bool | None = None  # None: yes in text files, not in archive members
+    num_out_files: int | None = None       # None: chosen from the corpus size
+    eval_fraction: float = 0.02
+    seed: int = 12345
+    skip_bad_files: bool = False
+    show_progress: bool = True
+    log: Callable[[str], None] = print
+
+    def validate(self) -> None:
+        sources = [n for n, v in (("--vocab-file", self.vocab_file), ("--spm-model", self.spm_model),
+                                  ("--vocab-size", self.vocab_size)) if v is not None]
+        if len(sources) != 1:
+            raise BuildError(
+                "give exactly one of --vocab-file (WordPiece vocab.txt), --spm-model "
+                "(SentencePiece model) or --vocab-size N (train SentencePiece on the corpus)"
+                + (f"; got {' and '.join(sources)}" if sources else ""))
+        if self.max_seq_length < example_builder.MIN_TARGET_LENGTH:
+            raise BuildError(f"--max-seq-length must be at least {example_builder.MIN_TARGET_LENGTH}, "
+                             f"got {self.max_seq_length}")
+        if self.num_processes < 1:
+            raise BuildError(f"--num-processes must be at least 1, got {self.num_processes}")
+        if self.num_out_files is not None and self.num_out_files < 1:
+            raise BuildError(f"--num-out-files must be at least 1, got {self.num_out_files}")
+        if not 0.0 <= self.eval_fraction <= 0.5:
+            raise BuildError(f"--eval-fraction must be in [0, 0.5], got {self.eval_fraction}")
+        if self.vocab_size is not None and self.vocab_size < 16:
+            raise BuildError(f"--vocab-size must be at least 16, got {self.vocab_size}")
+        if self.strip_accents is not None and self.vocab_file is None:
+            raise BuildError("--strip-accents/--no-strip-accents apply to WordPiece (--vocab-file) "
+                             "only; SentencePiece models keep accents as trained")
+
+    @property
+    def kind(self) -> str:
+        return "wordpiece" if self.vocab_file is not None else "sentencepiece"
+
+    @property
+    def lower_case(self) -> bool:
+        if self.do_lower_case is not None:
+            return self.do_lower_case
+        return self.kind == "wordpiece"
+
+
+@dataclasses.dataclass
+class Plan:
+    num_shards: int
+    groups: list[list[corpus.Unit]]
+    eval_groups: set[int]
+    num_units: int
+
+    def shards_of(self, group: int) -> tuple[int, ...]:
+        return tuple(range(group, self.num_shards, len(self.groups)))
+
+    @property
+    def eval_shards(self) -> list[int]:
+        return sorted(s for g in self.eval_groups for s in self.shards_of(g))
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning.
+
+def auto_num_out_files(total_bytes: float, num_processes: int, eval_fraction: float) -> int:
+    """About 32 MB of text per shard, at least 4 per process (load balance) and enough that one
+    held-out shard is about eval_fraction of the data, but no shard under ~64 KB of text."""
+    n = math.ceil(total_bytes / TARGET_SHARD_BYTES)
+    n = max(n, 4 * num_processes)
+    if eval_fraction > 0:
+        n = max(n, math.ceil(1 / eval_fraction - 1e-9))
+    return max(1, min(n, int(total_bytes // MIN_SHARD_BYTES)))
+
+
+def make_plan(files: list[corpus.InputFile], num_shards: int, eval_fraction: float, seed: int,
+              blanks_separate_docs: bool | None) -> Plan:
+    """Units -> groups -> shards, deterministically (see the module docstring)."""
+    import random
+
+    total = sum(f.weight for f in files)
+    chunk = int(min(MAX_CHUNK_BYTES, max(MIN_CHUNK_BYTES, total / (2 * num_shards))))
+    units = corpus.split_into_units(files, chunk, blanks_separate_docs is not False)
+    units = [u for u in units if u.end > u.start]
+    random.Random(f"{seed}:units").shuffle(units)
+    num_groups = max(1, min(num_shards, len(units)))
+    groups: list[list[corpus.Unit]] = [[] for _ in range(num_groups)]
+    loads = [0.0] * num_groups
+    for unit in units:
+        g = min(range(num_groups), key=lambda i: (loads[i], i))
+        groups[g].append(unit)
+        loads[g] += unit.weight
+    eval_groups: set[int] = set()
+    if eval_fraction > 0 and num_groups >= 2:
+        n_eval = min(num_groups - 1, max(1, round(eval_fraction * num_groups)))
+        eval_groups = set(range(num_groups - n_eval, num_groups))
+    return Plan(num_shards, groups, eval_groups, len(units))
+
+
+def corpus_fingerprint(files: list[corpus.InputFile]) -> str:
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.relpath}\t{f.size}\n".encode())
+    return digest.hexdigest()
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The output directory: what is there, and does it belong to this configuration?
+
+_SHARD_RE = re.compile(re.escape(pretrain_data.SHARD_PREFIX) + r"-(\d+)-of-(\d+)$")
+_TEMP_RE = re.compile(r"^\." + re.escape(pretrain_data.SHARD_PREFIX) + r"-\d+-of-\d+\.tmp-\d+$")
+
+
+def _config_path(output_dir: str) -> str:
+    return os.path.join(output_dir, example_builder.STATE_DIR, "config.json")
+
+
+def _existing_config(output_dir: str) -> dict | None:
+    path = _config_path(output_dir)
+    if not os.path.exists(path):
+        return None
+    return io_utils.read_json(path)
+
+
+def _check_output_dir(output_dir: str, config: dict, existing: dict | None) -> None:
+    """Refuses a directory holding shards of another build (or of an unknown one)."""
+    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    shards = [n for n in names if _SHARD_RE.match(n)]
+    if existing is None:
+        if shards or pretrain_data.METADATA_FILE in names:
+            raise BuildError(
+                f"--output-dir {output_dir} already holds {len(shards)} pre-training shards but no "
+                f"build record ({example_builder.STATE_DIR}/config.json), so they may come from a "
+                f"different vocabulary or settings; choose an empty --output-dir or delete them")
+        return
+    differences = [f"{key}: {existing.get(key)!r} before, {config.get(key)!r} now"
+                   for key in sorted(set(config) | set(existing))
+                   if existing.get(key) != config.get(key)]
+    if differences and (shards or pretrain_data.METADATA_FILE in names):
+        raise BuildError(
+            f"--output-dir {output_dir} holds shards built with other settings ("
+            + "; ".join(differences) + "); resuming would mix two datasets. Use a new "
+            "--output-dir, delete the old shards, or repeat the original settings")
+    foreign = [n for n in shards
+               if int(_SHARD_RE.match(n).group(2)) != config["num_out_files"]]
+    if foreign:
+        raise BuildError(f"--output-dir {output_dir} holds shards of another build: "
+                         f"{', '.join(sorted(foreign)[:3])}; delete them or use a new --output-dir")
+
+
+def _remove_stale_temp_files(output_dir: str) -> None:
+    for name in os.listdir(output_dir):
+        if _TEMP_RE.match(name):
+            os.remove(os.path.join(output_dir, name))
+
+
+def _complete_shards(output_dir: str, num_shards: int) -> dict[int, dict]:
+    """shard index -> its stats, for shards whose file and stats both exist."""
+    done = {}
+    for shard in range(num_shards):
+        path = os.path.join(output_dir, pretrain_data.shard_name(shard, num_shards))
+        stats = example_builder.stats_path(output_dir, shard, num_shards)
+        if os.path.exists(path) and os.path.exists(stats):
+            done[shard] = io_utils.read_json(stats)
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+# SentencePiece training (--vocab-size).
+
+def _corpus_sentences(files: list[corpus.InputFile], skip_bad_files: bool, log) -> "iter":
+    """Lines of the corpus for SentencePiece training, an equal quota from each file."""
+    quota = max(1, SPM_MAX_SENTENCES // len(files))
+    for file in files:
+        unit = corpus.Unit(file, 0, file.size)
+        taken = 0
+        try:
+            for document in corpus.iter_documents(unit):
+                for line in document.lines:
+                    if taken >= quota:
+                        break
+                    line = line.strip()
+                    if line:
+                        taken += 1
+                        yield line
+                if taken >= quota:
+                    break
+        except corpus.CorpusError as e:
+            if not skip_bad_files:
+                raise
+            log(f"SentencePiece training: skipping {file.relpath}: {e}")
+
+
+def _train_spm(cfg: BuildConfig, files: list[corpus.InputFile], reuse: bool) -> str:
+    path = os.path.join(cfg.output_dir, SPM_MODEL_NAME)
+    if reuse and os.path.exists(path):
+        cfg.log(f"Reusing the SentencePiece model {path} trained by the earlier run")
+        return path
+    cfg.log(f"Training a SentencePiece vocabulary of {cfg.vocab_size} pieces on the corpus ...")
+    start = time.time()
+    temp_prefix = os.path.join(cfg.output_dir, f".spm-training-{os.getpid()}")
+    try:
+        tokenization.train_sentencepiece(
+            _corpus_sentences(files, cfg.skip_bad_files, cfg.log), temp_prefix, cfg.vocab_size,
+            do_lower_case=cfg.lower_case, max_sentences=SPM_MAX_SENTENCES)
+        os.replace(temp_prefix + ".vocab", os.path.join(cfg.output_dir, "spm.vocab"))
+        os.replace(temp_prefix + ".model", path)
+    finally:
+        for suffix in (".model", ".vocab"):
+            if os.path.exists(temp_prefix + suffix):
+                os.remove(temp_prefix + suffix)
+    cfg.log(f"SentencePiece model written to {path} ({time.time() - start:.1f} s)")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Running.
+
+_WORKER_QUEUE = None
+
+
+def _init_worker(progress_queue) -> None:
+    global _WORKER_QUEUE
+    _WORKER_QUEUE = progress_queue
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _report_to_queue(nbytes: int, examples: int, files: int) -> None:
+    _WORKER_QUEUE.put((nbytes, examples, files))
+
+
+def _run_in_worker(task: example_builder.GroupTask) -> example_builder.GroupResult:
+    return example_builder.build_group(task, _report_to_queue)
+
+
+def _run_tasks(tasks: list[example_builder.GroupTask], num_processes: int,
+               on_progress: Callable[[int, int, int], None]) -> list[example_builder.GroupResult]:
+    if num_processes == 1 or len(tasks) <= 1:
+        return [example_builder.build_group(task, on_progress) for task in tasks]
+    # "spawn": forking a process that may already hold TensorFlow threads can deadlock.
+    context = multiprocessing.get_context("spawn")
+    progress_queue = context.Queue()
+    results = []
+    with context.Pool(min(num_processes, len(tasks)), initializer=_init_worker,
+                      initargs=(progress_queue,)) as pool:
+        pending = [pool.apply_async(_run_in_worker, (task,)) for task in tasks]
+
+        def drain(timeout: float) -> None:
+            try:
+                while True:
+                    on_progress(*progress_queue.get(timeout=timeout))
+                    timeout = 0
+            except queue_lib.Empty:
+                pass
+
+        while pending:
+            drain(0.1)
+            for result in [r for r in pending if r.ready()]:
+                pending.remove(result)
+                results.append(result.get())  # re-raises a worker's error here
+        drain(0.05)
+    return results
+
+
+def build_dataset(cfg: BuildConfig) -> dict:
+    """Runs a whole build (or the rest of an interrupted one); returns the metadata written."""
+    start_time = time.time()
+    cfg.validate()
+    log = cfg.log
+    files = corpus.find_input_files(cfg.corpus_dir)
+    problems = [f.problem for f in files if f.problem is not None]
+    if problems and not cfg.skip_bad_files:
+        raise corpus.CorpusError(problems[0] + "; fix or remove it, or pass --skip-bad-files")
+    total_bytes = sum(f.size for f in files)
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    existing = _existing_config(cfg.output_dir)
+
+    num_shards = cfg.num_out_files
+    if num_shards is None:
+        if existing is not None:
+            num_shards = existing["num_out_files"]
+            log(f"Resuming the build in {cfg.output_dir}: {num_shards} shards as before")
+        else:
+            num_shards = auto_num_out_files(sum(f.weight for f in files), cfg.num_processes,
+                                            cfg.eval_fraction)
+            log(f"Writing {num_shards} shards for {total_bytes / 1e6:.1f} MB of input "
+                f"(about {TARGET_SHARD_BYTES >> 20} MB of text per shard, at least 4 per process "
+                f"and {math.ceil(1 / cfg.eval_fraction - 1e-9) if cfg.eval_fraction else 1} for "
+                f"the held-out split); set --num-out-files to choose")
+
+    if cfg.vocab_size is not None:
+        vocab_id = {"train_sentencepiece_vocab_size": cfg.vocab_size}
+    else:
+        vocab_path = cfg.vocab_file or cfg.spm_model
+        if not os.path.isfile(vocab_path):
+            raise BuildError(f"vocabulary {vocab_path} does not exist")
+        vocab_id = {"sha256": sha256_file(vocab_path)}
+    strip_accents = cfg.lower_case if cfg.strip_accents is None else cfg.strip_accents
+    config = {
+        "format_version": pretrain_data.FORMAT_VERSION,
+        "tokenizer": cfg.kind,
+        "vocab": vocab_id,
+        "do_lower_case": cfg.lower_case,
+        "strip_accents": strip_accents if cfg.kind == "wordpiece" else None,
+        "max_seq_length": cfg.max_seq_length,
+        "blanks_separate_docs": cfg.blanks_separate_docs,
+        "seed": cfg.seed,
+        "num_out_files": num_shards,
+        "eval_fraction": cfg.eval_fraction,
+        "corpus": {"num_files": len(files), "bytes": total_bytes,
+                   "fingerprint": corpus_fingerprint(files)},
+    }
+    _check_output_dir(cfg.output_dir, config, existing)
+    same_build = existing == config
+    io_utils.write_json(_config_path(cfg.output_dir), config)
+    _remove_stale_temp_files(cfg.output_dir)
+
+    spm_model = _train_spm(cfg, files, same_build) if cfg.vocab_size is not None else cfg.spm_model
+    spec = example_builder.TokenizerSpec(
+        cfg.vocab_file, spm_model, cfg.lower_case,
+        cfg.strip_accents if cfg.kind == "wordpiece" else None)
+    tokenizer = spec.build()  # fails early (missing special tokens) before any work starts
+    vocab_path = os.path.abspath(cfg.vocab_file or spm_model)
+
+    plan = make_plan(files, num_shards, cfg.eval_fraction, cfg.seed, cfg.blanks_separate_docs)
+    if cfg.eval_fraction > 0 and not plan.eval_groups:
+        log(f"No held-out split: the corpus gives only {len(plan.groups)} piece(s) of work "
+            f"for {num_shards} shard(s); pass --num-out-files 2 or more, or --eval-fraction 0")
+    done = _complete_shards(cfg.output_dir, num_shards)
+    tasks = []
+    for g, units in enumerate(plan.groups):
+        shards = plan.shards_of(g)
+        missing = tuple(s for s in shards if s not in done)
+        if missing:
+            tasks.append(example_builder.GroupTask(
+                group=g, units=tuple(units), shards=shards, write=missing, num_shards=num_shards,
+                output_dir=os.path.abspath(cfg.output_dir), tokenizer=spec,
+                max_seq_length=cfg.max_seq_length, blanks_separate_docs=cfg.blanks_separate_docs,
+                seed=cfg.seed, skip_bad_files=cfg.skip_bad_files))
+    if done:
+        log(f"{len(done)} of {num_shards} shards are already complete; "
+            f"building the other {num_shards - len(done)}")
+    tasks.sort(key=lambda t: -sum(u.weight for u in t.units))  # largest first: better balance
+
+    work_bytes = sum(u.end - u.start for t in tasks for u in t.units)
+    work_files = sum(1 for t in tasks for u in t.units if u.end == u.file.size)
+    results = _run_with_progress(tasks, cfg, work_bytes, work_files)
+
+    metadata = _write_metadata(cfg, config, plan, tokenizer, vocab_path, spm_model, files,
+                               results, done, time.time() - start_time, work_bytes)
+    return metadata
+
+
+def _run_with_progress(tasks, cfg: BuildConfig, work_bytes: int, work_files: int):
+    from tqdm import tqdm
+
+    bar = tqdm(total=work_bytes, unit="B", unit_scale=True, desc="Building",
+               disable=not cfg.show_progress or not tasks, file=sys.stderr, dynamic_ncols=True)
+    counts = {"files": 0, "examples": 0}
+
+    def on_progress(nbytes: int, examples: int, files: int) -> None:
+        counts["files"] += files
+        counts["examples"] += examples
+        bar.set_postfix_str(f"files {counts['files']}/{work_files}, examples {counts['examples']:,}",
+                            refresh=False)
+        bar.update(nbytes)
+
+    try:
+        return _run_tasks(tasks, cfg.num_processes, on_progress)
+    finally:
+        bar.close()
+
+
+def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab_path: str,
+                    spm_model: str | None, files, results, done: dict[int, dict],
+                    seconds: float, work_bytes: int) -> dict:
+    num_shards = plan.num_shards
+    shard_stats = dict(done)
+    skipped = []
+    for result in results:
+        skipped.extend(result.skipped)
+        for shard, stats in result.shards.items():
+            if shard not in done:
+                shard_stats[shard] = dataclasses.asdict(stats)
+    missing = [s for s in range(num_shards) if s not in shard_stats]
+    if missing:  # cannot happen unless files vanish underneath us
+        raise BuildError(f"shards {missing[:5]} were not written; re-run to complete them")
+    eval_set = set(plan.eval_shards)
+    shards = {}
+    for s in range(num_shards):
+        entry = dict(shard_stats[s])
+        entry["split"] = "eval" if s in eval_set else "train"
+        shards[pretrain_data.shard_name(s, num_shards)] = entry
+    totals = {key: sum(v[key] for v in shard_stats.values())
+              for key in ("examples", "tokens", "example_tokens", "single_segment")}
+    eval_examples = sum(shard_stats[s]["examples"] for s in eval_set)
+    if totals["examples"] == 0:
+        reason = (f"; {len(skipped)} bad file(s) were skipped" if skipped else "")
+        raise BuildError(f"no examples were produced from the {len(files)} file(s) in "
+                         f"{cfg.corpus_dir}: they hold no text{reason}")
+
+    metadata = {
+        "format_version": pretrain_data.FORMAT_VERSION,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tokenizer": cfg.kind,
+        "vocab_file": vocab_path,
+        "vocab_sha256": sha256_file(vocab_path),
+        "vocab_size": tokenizer.vocab_size,
+        "special_ids": tokenizer.special_ids,
+        "do_lower_case": config["do_lower_case"],
+        "strip_accents": config["strip_accents"],
+        "max_seq_length": cfg.max_seq_length,
+        "blanks_separate_docs": cfg.blanks_separate_docs,
+        "seed": cfg.seed,
+        "num_out_files": num_shards,
+        "eval_fraction": cfg.eval_fraction,
+        "eval_files": [pretrain_data.shard_name(s, num_shards) for s in sorted(eval_set)],
+        "num_examples": totals["examples"],
+        "num_tokens": totals["tokens"],
+        "num_example_tokens": totals["example_tokens"],
+        "num_single_segment": totals["single_segment"],
+        "num_train_examples": totals["examples"] - eval_examples,
+        "num_eval_examples": eval_examples,
+        "shards": shards,
+        "corpus": {"dir": os.path.abspath(cfg.corpus_dir), **config["corpus"]},
+        "skipped_files": [{"file": name, "error": error} for name, error in skipped],
+        "build": {"num_processes": cfg.num_processes, "seconds": round(seconds, 1)},
+        "config": config,
+    }
+    if spm_model is not None:
+        metadata["spm_model"] = os.path.abspath(spm_model)
+    io_utils.write_json(os.path.join(cfg.output_dir, pretrain_data.METADATA_FILE), metadata)
+
+    empty = sum(1 for v in shard_stats.values() if v["examples"] == 0)
+    mb = work_bytes / 1e6
+    line = (f"Done: {totals['examples']:,} examples ({totals['tokens']:,} tokens) in "
+            f"{num_shards} shards ({len(eval_set)} held out for eval, {eval_examples:,} examples) "
+            f"from {len(files)} files; {mb:.1f} MB processed in {seconds:.1f} s "
+            f"({mb / max(seconds, 1e-9):.2f} MB/s) -> {cfg.output_dir}")
+    if done:
+        line += f"; {len(done)} shards were already complete"
+    if skipped:
+        line += f"; skipped {len(skipped)} bad file(s) (listed in metadata.json)"
+    cfg.log(line)
+    if empty:
+        cfg.log(f"Warning: {empty} of {num_shards} shards are empty; the corpus is small for "
+                f"{num_shards} shards, consider a smaller --num-out-files")
+    for name, error in skipped[:10]:
+        cfg.log(f"  skipped {name}: {error}")
+    return metadata

@@ -1,0 +1,314 @@
+"""Turning a stream of tokenized sentences into pre-training examples, and writing a group of shards.
+
+ExampleBuilder applies the rules of the official ELECTRA build_pretraining_dataset.py
+(reimplemented, not copied):
+  - sentences (lines) of one document accumulate until they reach a target length
+    (max_seq_length, or for 5% of examples a random length in [5, max_seq_length]);
+  - a document end (blank line / end of file) closes the current example early;
+  - the sentences are split into two segments [CLS] A [SEP] B [SEP]: A takes whole sentences
+    up to about half the target (a sentence that would overflow A joins it half of the time
+    while B is still empty); 10% of examples are a single segment [CLS] A [SEP];
+  - A is cut to max_seq_length - 2 tokens and B to what is left after [CLS] A [SEP] [SEP].
+
+build_group() is the unit of parallel work of build_pretraining_dataset.py: it reads a fixed
+list of corpus units, builds examples with an RNG seeded by (seed, group) and writes the
+group's shards atomically. A group's output depends only on its inputs and the seed, never on
+the number of processes or on which other groups ran, so a resumed build rebuilds exactly the
+missing shards.
+"""
+import dataclasses
+import os
+import random
+import time
+from typing import Callable, NamedTuple
+
+from model import tokenization
+from pretrain import corpus, pretrain_data
+from util import io_utils
+
+SINGLE_SEGMENT_PROB = 0.1     # official: "small chance to only have one segment"
+SHORT_TARGET_PROB = 0.05      # official: "small chance for random-length ... example"
+MIN_TARGET_LENGTH = 5
+# Examples are shuffled through a buffer this large before being written, so that a shard does
+# not hold long runs of consecutive examples from the same document.
+SHUFFLE_BUFFER = 1000
+STATE_DIR = ".build_state"
+
+
+class Example(NamedTuple):
+    """tokens: [CLS] A [SEP] (B [SEP]) ids, unpadded; num_first: len([CLS] A [SEP]);
+    num_consumed: tokens of the sentences that went into it (before truncation)."""
+    tokens: list[int]
+    num_first: int
+    num_consumed: int
+
+    @property
+    def single_segment(self) -> bool:
+        return self.num_first == len(self.tokens)
+
+
+class ExampleBuilder:
+    """Accumulates tokenized sentences of a document and cuts them into examples.
+
+    Args:
+      max_length: max_seq_length, including [CLS] and [SEP]s (>= 5).
+      cls_id, sep_id: special-token ids.
+      rng: the source of all random choices (segment split, short targets).
+    """
+
+    def __init__(self, max_length: int, cls_id: int, sep_id: int, rng: random.Random):
+        if max_length < MIN_TARGET_LENGTH:
+            raise ValueError(f"max_seq_length must be at least {MIN_TARGET_LENGTH}, got {max_length}")
+        self._max_length = max_length
+        self._cls = cls_id
+        self._sep = sep_id
+        self._rng = rng
+        self._sentences: list[list[int]] = []
+        self._length = 0
+        self._target = max_length
+
+    def add_sentence(self, token_ids: list[int]) -> Example | None:
+        """Adds one tokenized line; returns an example when the target length is reached."""
+        if not token_ids:
+            return None
+        self._sentences.append(token_ids)
+        self._length += len(token_ids)
+        if self._length >= self._target:
+            return self._make_example()
+        return None
+
+    def end_document(self) -> Example | None:
+        """Closes the current document: whatever has accumulated becomes an example."""
+        if self._length == 0:
+            return None
+        return self._make_example()
+
+    def _make_example(self) -> Example:
+        rng = self._rng
+        if rng.random() < SINGLE_SEGMENT_PROB:
+            first_target = float("inf")  # everything goes into segment A
+        else:
+            first_target = (self._target - 3) // 2  # 3 = [CLS] and two [SEP] not yet added
+        first: list[int] = []
+        second: list[int] = []
+        for sentence in self._sentences:
+            # A sentence joins A if A is empty, if it fits under A's target, or (with
+            # probability 1/2, while B is empty) if A is still short of its target.
+            if (not first or len(first) + len(sentence) < first_target
+                    or (not second and len(first) < first_target and rng.random() < 0.5)):
+                first.extend(sentence)
+            else:
+                second.extend(sentence)
+        first = first[:self._max_length - 2]
+        second = second[:max(0, self._max_length - len(first) - 3)]
+        consumed = self._length
+
+        self._sentences = []
+        self._length = 0
+        if rng.random() < SHORT_TARGET_PROB:
+            self._target = rng.randint(MIN_TARGET_LENGTH, self._max_length)
+        else:
+            self._target = self._max_length
+
+        tokens = [self._cls] + first + [self._sep]
+        num_first = len(tokens)
+        if second:
+            tokens += second
+            tokens.append(self._sep)
+        return Example(tokens, num_first, consumed)
+
+
+# ---------------------------------------------------------------------------------------------
+# One group of shards: the worker function.
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+    """What a worker needs to rebuild the tokenizer (tokenizers themselves are not sent)."""
+    vocab_file: str | None
+    spm_model: str | None
+    do_lower_case: bool
+    strip_accents: bool | None
+
+    def build(self):
+        return tokenization.build_tokenizer(self.vocab_file, self.spm_model,
+                                            self.do_lower_case, self.strip_accents)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupTask:
+    """group: index; units: its inputs; shards: the shard indices it fills (round robin);
+    write: the subset of `shards` to (re)write; blanks_separate_docs: None = per source."""
+    group: int
+    units: tuple[corpus.Unit, ...]
+    shards: tuple[int, ...]
+    write: tuple[int, ...]
+    num_shards: int
+    output_dir: str
+    tokenizer: TokenizerSpec
+    max_seq_length: int
+    blanks_separate_docs: bool | None
+    seed: int
+    skip_bad_files: bool
+
+
+@dataclasses.dataclass
+class ShardStats:
+    examples: int = 0
+    tokens: int = 0            # tokenizer tokens of the sentences in the shard's examples
+    example_tokens: int = 0    # non-padding positions ([CLS]/[SEP] included)
+    single_segment: int = 0
+
+
+@dataclasses.dataclass
+class GroupResult:
+    group: int
+    shards: dict[int, ShardStats]
+    skipped: list[tuple[str, str]]   # (file, reason)
+    files: int
+    bytes_read: int
+
+
+_TOKENIZERS: dict[TokenizerSpec, object] = {}
+
+
+def get_tokenizer(spec: TokenizerSpec):
+    """One tokenizer per process and spec, so its word cache stays warm across groups."""
+    if spec not in _TOKENIZERS:
+        _TOKENIZERS[spec] = spec.build()
+    return _TOKENIZERS[spec]
+
+
+def stats_path(output_dir: str, shard: int, num_shards: int) -> str:
+    return os.path.join(output_dir, STATE_DIR, pretrain_data.shard_name(shard, num_shards) + ".json")
+
+
+def temp_shard_path(output_dir: str, shard: int, num_shards: int) -> str:
+    # Hidden, so "pretrain_data.tfrecord*" globs never pick up a half-written shard.
+    return os.path.join(output_dir, f".{pretrain_data.shard_name(shard, num_shards)}.tmp-{os.getpid()}")
+
+
+class _Progress:
+    """Accumulates (bytes, examples, files) and hands them to `report` at most every 0.2 s."""
+
+    def __init__(self, report: Callable[[int, int, int], None] | None):
+        self._report = report
+        self._pending = [0, 0, 0]
+        self._last = time.monotonic()
+
+    def add(self, nbytes: int = 0, examples: int = 0, files: int = 0) -> None:
+        p = self._pending
+        p[0] += nbytes
+        p[1] += examples
+        p[2] += files
+        if self._report is not None and time.monotonic() - self._last > 0.2:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._report is not None and any(self._pending):
+            self._report(*self._pending)
+        self._pending = [0, 0, 0]
+        self._last = time.monotonic()
+
+
+def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None = None
+                ) -> GroupResult:
+    """Builds and writes the shards of one group (see the module docstring)."""
+    import tensorflow as tf  # only workers that write need TensorFlow
+
+    tokenizer = get_tokenizer(task.tokenizer)
+    encode = tokenizer.encode
+    rng = random.Random(f"{task.seed}:{task.group}:examples")
+    shuffle_rng = random.Random(f"{task.seed}:{task.group}:shuffle")
+    builder = ExampleBuilder(task.max_seq_length, tokenizer.cls_id, tokenizer.sep_id, rng)
+    units = list(task.units)
+    rng.shuffle(units)  # like the official script, which shuffles its file list
+
+    stats = {s: ShardStats() for s in task.shards}
+    temp_paths = {s: temp_shard_path(task.output_dir, s, task.num_shards) for s in task.write}
+    writers = {s: tf.io.TFRecordWriter(p) for s, p in temp_paths.items()}
+    progress = _Progress(report)
+    buffer: list[Example] = []
+    emitted = 0
+    skipped: list[tuple[str, str]] = []
+    bytes_read = 0
+    files = 0
+
+    def write(example: Example) -> None:
+        nonlocal emitted
+        shard = task.shards[emitted % len(task.shards)]
+        emitted += 1
+        s = stats[shard]
+        s.examples += 1
+        s.tokens += example.num_consumed
+        s.example_tokens += len(example.tokens)
+        s.single_segment += example.single_segment
+        writer = writers.get(shard)
+        if writer is not None:
+            writer.write(pretrain_data.serialize_unpadded(
+                example.tokens, example.num_first, task.max_seq_length))
+
+    def emit(example: Example | None) -> None:
+        if example is None:
+            return
+        progress.add(examples=1)
+        if len(buffer) < SHUFFLE_BUFFER:
+            buffer.append(example)
+            return
+        j = shuffle_rng.randrange(SHUFFLE_BUFFER)
+        write(buffer[j])
+        buffer[j] = example
+
+    def on_bytes(n: int) -> None:
+        nonlocal bytes_read
+        bytes_read += n
+        progress.add(nbytes=n)
+
+    try:
+        for unit in units:
+            if task.skip_bad_files and not unit.file.is_tar:
+                try:
+                    corpus.validate_utf8(unit)  # a cheap decode-only pass, so a bad file adds nothing
+                except corpus.CorpusError as e:
+                    skipped.append((unit.describe(), str(e)))
+                    on_bytes(unit.end - unit.start)
+                    continue
+            for document in corpus.iter_documents(unit, on_bytes):
+                lines = document.lines
+                if task.skip_bad_files and unit.file.is_tar:
+                    try:
+                        lines = list(lines)  # archive members are single, small documents
+                    except corpus.CorpusError as e:
+                        skipped.append((document.name, str(e)))
+                        continue
+                split_on_blanks = (document.blank_lines_split if task.blanks_separate_docs is None
+                                   else task.blanks_separate_docs)
+                for line in lines:
+                    line = line.strip()
+                    if line:
+                        emit(builder.add_sentence(encode(line)))
+                    elif split_on_blanks:
+                        emit(builder.end_document())
+                # The end of a file, range or archive member always ends a document.
+                emit(builder.end_document())
+            if unit.end == unit.file.size:  # the last range of a file: count the file as done
+                files += 1
+                progress.add(files=1)
+        shuffle_rng.shuffle(buffer)
+        for example in buffer:
+            write(example)
+        for writer in writers.values():
+            writer.close()
+        # Stats first, then the shard: a shard that exists is complete and has its stats.
+        for shard, path in temp_paths.items():
+            io_utils.write_json(stats_path(task.output_dir, shard, task.num_shards),
+                                dataclasses.asdict(stats[shard]))
+            os.replace(path, os.path.join(task.output_dir,
+                                          pretrain_data.shard_name(shard, task.num_shards)))
+    finally:
+        for writer in writers.values():
+            writer.close()
+        for path in temp_paths.values():
+            if os.path.exists(path):
+                os.remove(path)
+        progress.flush()
+    return GroupResult(task.group, stats, skipped, files, bytes_read)

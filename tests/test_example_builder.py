@@ -1,0 +1,237 @@
+"""Unit tests of the data-building pieces: ExampleBuilder rules, record bytes, corpus reading."""
+import bz2
+import gzip
+import io
+import lzma
+import random
+import tarfile
+
+import pytest
+
+from pretrain import corpus, example_builder, pretrain_data
+
+CLS, SEP = 1, 2
+
+
+class ScriptedRandom:
+    """Stands in for random.Random: returns scripted values and fails if asked for more."""
+
+    def __init__(self, randoms, randints=()):
+        self.randoms = list(randoms)
+        self.randints = list(randints)
+
+    def random(self):
+        return self.randoms.pop(0)
+
+    def randint(self, low, high):
+        value = self.randints.pop(0)
+        assert low <= value <= high
+        return value
+
+
+# ---------------------------------------------------------------------------------------------
+# ExampleBuilder: the official rules, step by step with scripted random draws.
+
+def test_two_segments_and_truncation():
+    rng = ScriptedRandom([0.5, 0.9, 0.9])  # two segments; overflowing sentence not in A; full target
+    b = example_builder.ExampleBuilder(16, CLS, SEP, rng)
+    assert b.add_sentence([10, 11, 12]) is None
+    assert b.add_sentence([13, 14, 15, 16]) is None
+    assert b.add_sentence([17, 18, 19, 20, 21]) is None
+    ex = b.add_sentence([22, 23, 24, 25])  # 16 tokens reach the target
+    # A's target is (16 - 3) // 2 = 6: A = first sentence; the second would overflow it and
+    # the 0.9 draw keeps it out; B = the rest, cut to 16 - 3 - 3 = 10 tokens.
+    assert ex.tokens == [CLS, 10, 11, 12, SEP, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, SEP]
+    assert ex.num_first == 5 and ex.num_consumed == 16 and not ex.single_segment
+    assert rng.randoms == []
+
+
+def test_overflowing_sentence_joins_first_segment_half_the_time():
+    rng = ScriptedRandom([0.5, 0.2, 0.9])  # the 0.2 draw lets the sentence overflow A
+    b = example_builder.ExampleBuilder(16, CLS, SEP, rng)
+    b.add_sentence([10, 11, 12])
+    b.add_sentence([13, 14, 15, 16])
+    ex = b.end_document()
+    assert ex.tokens == [CLS, 10, 11, 12, 13, 14, 15, 16, SEP]
+    assert ex.single_segment
+
+
+def test_single_segment_branch_and_first_segment_cut():
+    rng = ScriptedRandom([0.05, 0.9])  # < 0.1: one segment
+    b = example_builder.ExampleBuilder(8, CLS, SEP, rng)
+    ex = b.add_sentence(list(range(10, 20)))
+    assert ex.tokens == [CLS, 10, 11, 12, 13, 14, 15, SEP]  # A cut to 8 - 2
+    assert ex.num_first == 8 and ex.num_consumed == 10 and ex.single_segment
+
+
+def test_short_target_and_document_end():
+    # After the first example a 0.01 draw (< 5%) sets a random target of 7 for the next one.
+    rng = ScriptedRandom([0.5, 0.01, 0.5, 0.9], randints=[7])
+    b = example_builder.ExampleBuilder(16, CLS, SEP, rng)
+    assert b.end_document() is None          # nothing accumulated: no example
+    assert b.add_sentence([]) is None        # empty lines add nothing
+    assert b.add_sentence([5, 6]) is None
+    first = b.end_document()                 # a document end closes a short example
+    assert first.tokens == [CLS, 5, 6, SEP] and first.num_consumed == 2
+    assert b.add_sentence([7, 8, 9]) is None
+    ex = b.add_sentence([10, 11, 12, 13])    # 7 tokens reach the short target
+    # A's target is (7 - 3) // 2 = 2: A = [7, 8, 9] (A was empty); the next sentence cannot
+    # join A (A is not short of its target), so no draw is made; B = the rest.
+    assert ex.tokens == [CLS, 7, 8, 9, SEP, 10, 11, 12, 13, SEP]
+    assert rng.randoms == [] and rng.randints == []
+
+
+def test_single_segment_ratio_on_a_large_stream():
+    rng = random.Random(0)
+    b = example_builder.ExampleBuilder(128, CLS, SEP, rng)
+    examples = []
+    while len(examples) < 20000:
+        ex = b.add_sentence([7] * rng.randint(3, 12))
+        if ex is not None:
+            examples.append(ex)
+    single = sum(ex.single_segment for ex in examples) / len(examples)
+    # 10% by choice, plus the few short-target examples made of a single sentence.
+    assert 0.09 < single < 0.115, single
+    short = sum(len(ex.tokens) < 100 for ex in examples) / len(examples)
+    assert 0.03 < short < 0.07, short  # the 5% random-length targets
+    assert all(len(ex.tokens) <= 128 for ex in examples)
+
+
+def test_max_length_validation():
+    with pytest.raises(ValueError, match="max_seq_length must be at least 5, got 4"):
+        example_builder.ExampleBuilder(4, CLS, SEP, random.Random(0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Record bytes.
+
+def test_serialized_bytes_match_tensorflow():
+    import tensorflow as tf
+
+    tokens = [101, 7, 30000, 102, 9, 200, 102]
+    ids = tokens + [0] * 5
+    mask = [1] * 7 + [0] * 5
+    segments = [0] * 4 + [1] * 3 + [0] * 5
+    fast = pretrain_data.serialize_unpadded(tokens, 4, 12)
+    assert fast == pretrain_data.serialize_example(ids, mask, segments)
+    reference = tf.train.Example(features=tf.train.Features(feature={
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        for name, values in zip(pretrain_data.FEATURE_NAMES, (ids, mask, segments))}))
+    assert tf.train.Example.FromString(fast) == reference
+    parsed = pretrain_data.parse_pretrain_example(fast, 12)
+    for name, values in zip(pretrain_data.FEATURE_NAMES, (ids, mask, segments)):
+        assert parsed[name].dtype == tf.int32 and parsed[name].shape == (12,)
+        assert parsed[name].numpy().tolist() == values
+    # Ids past the precomputed table and negative values still round-trip.
+    odd = pretrain_data.serialize_example([70000, -1, 5], [1, 1, 1], [0, 0, 0])
+    assert pretrain_data.parse_pretrain_example(odd, 3)["input_ids"].numpy().tolist() == [70000, -1, 5]
+    batch = pretrain_data.parse_pretrain_examples(tf.constant([fast, fast]), 12)
+    assert batch["segment_ids"].shape == (2, 12)
+    with pytest.raises(ValueError, match="do not fit max_seq_length 3"):
+        pretrain_data.serialize_unpadded(tokens, 4, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpus reading.
+
+def _lines(unit):
+    return [(doc.name, doc.blank_lines_split, list(doc.lines)) for doc in corpus.iter_documents(unit)]
+
+
+def _tar_bytes(members, compress=None):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    data = buffer.getvalue()
+    return compress(data) if compress else data
+
+
+def test_compressed_files_read_like_plain(tmp_path):
+    text = "caf\u00e9 one\r\n\nsecond doc \u535a\nlast line without newline"
+    raw = text.encode("utf-8")
+    for name, data in [("plain.txt", raw), ("a.gz", gzip.compress(raw)), ("b.bz2", bz2.compress(raw)),
+                       ("c.txt.xz", lzma.compress(raw)), ("noext", gzip.compress(raw))]:
+        (tmp_path / name).write_bytes(data)
+    files = corpus.find_input_files(str(tmp_path))
+    assert [f.relpath for f in files] == ["a.gz", "b.bz2", "c.txt.xz", "noext", "plain.txt"]
+    assert [f.compression for f in files] == ["gzip", "bz2", "xz", "gzip", "text"]
+    expected = ["caf\u00e9 one\r", "", "second doc \u535a", "last line without newline"]
+    for f in files:
+        [(name, split, lines)] = _lines(corpus.Unit(f, 0, f.size))
+        assert name == f.relpath and split and lines == expected
+
+
+def test_openwebtext_layout(tmp_path):
+    docs = [("0001.txt", b"para one\n\npara two\n"), ("0002.txt", b"doc two\n")]
+    inner = _tar_bytes(docs, lzma.compress)
+    (tmp_path / "urlsf_subset00-1_data.xz").write_bytes(inner)
+    # The outer archive layout: a tar of such .xz archives.
+    (tmp_path / "openwebtext.tar").write_bytes(_tar_bytes([("openwebtext/sub_data.xz", inner)]))
+    files = corpus.find_input_files(str(tmp_path))
+    assert [(f.compression, f.is_tar) for f in files] == [("text", True), ("xz", True)]
+    outer = _lines(corpus.Unit(files[0], 0, files[0].size))
+    assert outer == [
+        ("openwebtext.tar:openwebtext/sub_data.xz:0001.txt", False, ["para one", "", "para two"]),
+        ("openwebtext.tar:openwebtext/sub_data.xz:0002.txt", False, ["doc two"])]
+    assert [d[2] for d in _lines(corpus.Unit(files[1], 0, files[1].size))] == [
+        ["para one", "", "para two"], ["doc two"]]
+
+
+def test_not_utf8_names_file_and_offset(tmp_path):
+    (tmp_path / "bad.txt").write_bytes(b"good line\nbad \xff here\n")
+    (tmp_path / "bad.gz").write_bytes(gzip.compress(b"ok\n\xc3\x28\n"))
+    (tmp_path / "arch.tar").write_bytes(_tar_bytes([("d1.txt", b"fine\n"), ("d2.txt", b"x\xfe")]))
+    files = {f.relpath: f for f in corpus.find_input_files(str(tmp_path))}
+    with pytest.raises(corpus.CorpusError, match=r"bad\.txt is not valid UTF-8 at byte offset 14"):
+        corpus.validate_utf8(corpus.Unit(files["bad.txt"], 0, files["bad.txt"].size))
+    with pytest.raises(corpus.CorpusError,
+                       match=r"bad\.gz \(decompressed\) is not valid UTF-8 at byte offset 3"):
+        corpus.validate_utf8(corpus.Unit(files["bad.gz"], 0, files["bad.gz"].size))
+    with pytest.raises(corpus.CorpusError, match=r"arch\.tar:d2\.txt is not valid UTF-8 at byte offset 1"):
+        corpus.validate_utf8(corpus.Unit(files["arch.tar"], 0, files["arch.tar"].size))
+
+
+def test_damaged_and_unsupported_inputs(tmp_path):
+    (tmp_path / "short.gz").write_bytes(gzip.compress(b"some text\n" * 100)[:-20])
+    (tmp_path / "trunc.gz").write_bytes(gzip.compress(b"some text\n" * 100000)[:-20])
+    (tmp_path / "x.zip").write_bytes(b"PK\x03\x04rest")
+    files = corpus.find_input_files(str(tmp_path))  # problems surface when a file is read
+    assert [f.relpath for f in files] == ["short.gz", "trunc.gz", "x.zip"]
+    for f, message in zip(files, [r"short\.gz: cannot read or decompress \(gzip\)",
+                                  r"trunc\.gz \(decompressed\): cannot read or decompress",
+                                  r"x\.zip is a zip archive, which is not supported"]):
+        with pytest.raises(corpus.CorpusError, match=message):
+            corpus.validate_utf8(corpus.Unit(f, 0, f.size))
+
+
+def test_find_input_files_errors(tmp_path):
+    with pytest.raises(corpus.CorpusError, match="does not exist"):
+        corpus.find_input_files(str(tmp_path / "nope"))
+    (tmp_path / ".hidden").write_text("x")
+    with pytest.raises(corpus.CorpusError, match="holds no input files"):
+        corpus.find_input_files(str(tmp_path))
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(corpus.CorpusError, match="all 1 input files are empty"):
+        corpus.find_input_files(str(tmp_path))
+
+
+@pytest.mark.parametrize("blank_lines", [True, False])
+def test_ranges_cover_the_file_and_cut_after_blank_lines(tmp_path, blank_lines):
+    rng = random.Random(1)
+    lines = []
+    for doc in range(300):
+        lines += [f"doc {doc} line {i} " + "x" * rng.randint(0, 80) for i in range(rng.randint(1, 6))]
+        lines.append("" if doc % 3 else "   ")  # whitespace-only lines are blank too
+    (tmp_path / "big.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    [file] = corpus.find_input_files(str(tmp_path))
+    units = corpus.split_into_units([file], 4096, blank_lines)
+    assert len(units) > 5
+    assert units[0].start == 0 and units[-1].end == file.size
+    assert all(a.end == b.start for a, b in zip(units, units[1:]))
+    pieces = [_lines(u)[0][2] for u in units]
+    assert [line for piece in pieces for line in piece] == lines
+    if blank_lines:  # every range but the last ends with a blank line: documents stay whole
+        assert all(piece[-1].strip() == "" for piece in pieces[:-1])
