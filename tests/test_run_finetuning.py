@@ -1,0 +1,143 @@
+"""run_finetuning end to end: trials, results files, test predictions, resuming halted trials."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import configure_finetuning
+import run_finetuning
+from finetune import trainer
+from model import modeling
+from util import checkpoint
+from util import training_utils
+
+from tests.test_finetune_data import make_config, write_fixtures
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": 64}
+
+
+class Halt(Exception):
+    """Stands in for a crash or a pre-empted job."""
+
+
+def fixture_config(tmp_path, **hparams):
+    write_fixtures(tmp_path, tasks={"cola", "sst"})
+    values = dict(model_hparam_overrides=TINY, embedding_size=16, train_batch_size=2,
+                  num_train_epochs=3.0, learning_rate=1e-3, adam_bias_correction=True)
+    values.update(hparams)
+    return make_config(tmp_path, ["cola", "sst"], **values)
+
+
+def final_tensors(config, trial=1):
+    return checkpoint.read_all(trainer.trial_dir(config, trial))
+
+
+def test_halted_trial_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    # 5 examples padded to 6, batch 2: 3 steps per epoch, 9 steps; checkpoints every 2 steps.
+    straight = fixture_config(tmp_path / "a", save_checkpoints_steps=2)
+    run_finetuning.run_finetuning(straight)
+
+    halted = fixture_config(tmp_path / "b", save_checkpoints_steps=2)
+    real_check = training_utils.check_finite
+
+    def crash_at_step_5(values, step, context=""):
+        if step == 5:
+            raise Halt()
+        real_check(values, step, context)
+
+    monkeypatch.setattr(trainer.training_utils, "check_finite", crash_at_step_5)
+    with pytest.raises(Halt):
+        run_finetuning.run_finetuning(halted)
+    assert checkpoint.CheckpointManager(trainer.trial_dir(halted, 1)).latest().endswith("-4")
+    monkeypatch.setattr(trainer.training_utils, "check_finite", real_check)
+    summary = run_finetuning.run_finetuning(halted)  # continues at step 4 (mid-epoch 2)
+
+    a, b = final_tensors(straight), final_tensors(halted)
+    assert a["global_step"] == b["global_step"] == 9
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert summary["trials"][0]["global_step"] == 9
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path):
+    config = fixture_config(tmp_path, do_eval=False, num_train_epochs=1.0)
+    run_finetuning.run_finetuning(config)
+    changed = fixture_config(tmp_path, do_eval=False, num_train_epochs=1.0, learning_rate=5e-4)
+    with pytest.raises(ValueError, match=r"other settings \(learning_rate: 0.001 there, "
+                                         r"0.0005 now\)"):
+        run_finetuning.run_finetuning(changed)
+
+
+def test_trials_median_and_finished_trials_are_reused(tmp_path, monkeypatch):
+    config = fixture_config(tmp_path, num_trials=3, keep_all_models=False, num_train_epochs=1.0)
+    summary = run_finetuning.run_finetuning(config)
+    assert [t["seed"] for t in summary["trials"]] == [0, 1, 2]
+    accuracies = [t["results"]["sst"]["accuracy"] for t in summary["trials"]]
+    assert summary["median"]["sst"]["accuracy"] == float(np.median(accuracies))
+    assert set(summary["median"]) == {"cola", "sst"}
+    # keep_all_models false: only the last trial keeps its weights (results stay).
+    assert checkpoint.CheckpointManager(trainer.trial_dir(config, 1)).latest() is None
+    assert checkpoint.CheckpointManager(trainer.trial_dir(config, 3)).latest() is not None
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished trial was run again")
+
+    monkeypatch.setattr(trainer.ModelRunner, "__init__", no_training)
+    again = run_finetuning.run_finetuning(config)
+    assert again["trials"] == json.loads(json.dumps(summary["trials"]))
+    text = open(config.results_txt).read()
+    assert text.count("\ntrial ") == 3 and "median of 3: cola: accuracy:" in text
+
+
+def _tiny_pretrained_checkpoint(directory, bert_config):
+    """A checkpoint laid out as pre-training writes it (encoder + generator + step)."""
+    encoder = modeling.BertModel(bert_config, scope="electra", seed=7)
+    tensors = {checkpoint.checkpoint_name(v): v.numpy() for v in encoder.variables}
+    tensors["generator_predictions/output_bias"] = np.zeros([bert_config.vocab_size], np.float32)
+    tensors["global_step"] = np.int64(20)
+    checkpoint.CheckpointManager(directory).save(tensors, 20)
+
+
+def test_end_to_end_on_sst_and_cola_slices(shared_data, tmp_path):
+    data_dir = tmp_path / "data"
+    vocab = shared_data / "vocab" / "bert-uncased-vocab.txt"
+    hparams = {
+        "task_names": ["sst", "cola"], "raw_data_dir": str(shared_data / "glue" / "{task}"),
+        "vocab_file": str(vocab), "model_hparam_overrides": TINY, "embedding_size": 16,
+        "max_seq_length": 32, "max_train_examples": 96, "max_eval_examples": 64,
+        "train_batch_size": 16, "eval_batch_size": 64, "num_train_epochs": 1.0,
+        "write_test_outputs": True, "n_writes_test": 1, "num_trials": 2,
+    }
+    config = configure_finetuning.FinetuningConfig.from_hparams("tiny", str(data_dir), hparams)
+    assert config.init_checkpoint == str(data_dir / "models" / "tiny")
+    _tiny_pretrained_checkpoint(config.init_checkpoint, config.bert_config())
+
+    run_finetuning.main(["--data-dir", str(data_dir), "--model-name", "tiny",
+                         "--hparams", json.dumps(hparams)])
+
+    results_dir = data_dir / "models" / "tiny" / "results"
+    summary = json.loads((results_dir / "sst,cola_results.json").read_text())
+    assert [t["trial"] for t in summary["trials"]] == [1, 2]
+    assert 0.0 <= summary["median"]["sst"]["accuracy"] <= 100.0
+    assert -100.0 <= summary["median"]["cola"]["mcc"] <= 100.0
+    assert "median of 2" in (results_dir / "sst,cola_results.txt").read_text()
+
+    # GLUE submission files of trial 1 only, one row per test example, valid labels.
+    predictions = data_dir / "models" / "tiny" / "test_predictions"
+    assert sorted(os.listdir(predictions)) == ["trial_1"]
+    for name, n_test in (("SST-2.tsv", 1821), ("CoLA.tsv", 1063)):
+        lines = (predictions / "trial_1" / name).read_text().splitlines()
+        assert lines[0] == "index\tprediction"
+        assert len(lines) == n_test + 1
+        assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
+        assert [int(line.split("\t")[0]) for line in lines[1:]] == list(range(n_test))
+
+    # TensorBoard: training curves per trial and dev metrics.
+    trial_dir = trainer.trial_dir(config, 1)
+    scalars = training_utils.read_scalars(trial_dir)
+    steps = (96 + 96) // 16
+    assert [s for s, _ in scalars["train/loss"]][-1] == steps
+    assert "sst/accuracy" in training_utils.read_scalars(os.path.join(trial_dir, "eval"))
