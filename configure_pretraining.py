@@ -60,6 +60,9 @@ class PretrainingConfig(HParams):
     keep_checkpoint_max: int = hp(5, "checkpoints kept in the model dir")
     seed: int = hp(0, "seed for initialisation, masking, sampling, dropout and data order")
     init_checkpoint: str | None = hp(None, "start from this checkpoint (ours or the official release's) with fresh optimizer state")
+    init_checkpoint_keep_step: bool = hp(False, "with init_checkpoint: continue its global_step (and LR schedule) instead of starting from step 0")
+    shuffle_buffer_size: int = hp(100, "examples in the training shuffle buffer (official: 100)")
+    input_cycle_length: int = hp(4, "training shards read in parallel (interleaved) at a time (official: 4)")
 
     # model settings
     model_size: str = hp("small", "one of small, base, large (Table 6 of the paper)")
@@ -155,6 +158,8 @@ class PretrainingConfig(HParams):
             (self.train_batch_size % self.gradient_accumulation_steps == 0,
              "gradient_accumulation_steps", f"must divide train_batch_size ({self.train_batch_size})"),
             (self.max_predictions_per_seq >= 1, "max_predictions_per_seq", "must be >= 1"),
+            (self.shuffle_buffer_size >= 1, "shuffle_buffer_size", "must be >= 1"),
+            (self.input_cycle_length >= 1, "input_cycle_length", "must be >= 1"),
         ]
         for ok, key, rule in checks:
             if not ok:

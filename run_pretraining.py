@@ -1,0 +1,303 @@
+"""Pre-trains an ELECTRA model (generator + discriminator) on tfrecords from build_pretraining_dataset.py.
+
+    python run_pretraining.py --data-dir DATA --model-name NAME [--hparams JSON_OR_FILE]
+
+reads DATA/pretrain_tfrecords/pretrain_data.tfrecord* and DATA/vocab.txt and writes
+DATA/models/NAME: checkpoints with the official variable names, pretrain_config.json (the
+resolved hparams), bert_config.json and generator_config.json (official keys), a copy of the
+vocab, TensorBoard summaries and results/ (eval metrics as JSON and text).
+
+Re-running the same command resumes from the newest readable checkpoint, exactly (weights,
+optimizer slots, step and data position), whatever moment the previous run was killed at.
+"""
+import argparse
+import filecmp
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+
+import tensorflow as tf
+
+from configure_pretraining import PretrainingConfig
+from model import tokenization
+from pretrain import input_pipeline
+from pretrain.masking import SpecialIds
+from pretrain.trainer import Trainer
+from util import checkpoint, distribution, io_utils
+from util import training_utils as tu
+from util.hparams import HParamError
+
+log = logging.getLogger("electra.pretrain")
+
+CONFIG_FILE = "pretrain_config.json"
+BERT_CONFIG_FILE = "bert_config.json"
+GENERATOR_CONFIG_FILE = "generator_config.json"
+HISTORY_FILE = "unsup_results_history.json"
+# Hparams whose change makes existing checkpoints a different model: resuming is refused.
+ARCHITECTURE_KEYS = ("model_size", "model_hparam_overrides", "embedding_size", "vocab_size",
+                     "debug", "electra_objective", "uniform_generator", "untied_generator",
+                     "untied_generator_embeddings", "generator_hidden_size", "generator_layers",
+                     "two_tower_generator")
+
+
+class IncompatibleResumeError(ValueError):
+    """The model dir holds checkpoints of a model the current hparams do not describe."""
+
+
+def load_special_ids(config: PretrainingConfig) -> SpecialIds:
+    """Special token ids from the vocab file; its size must equal hparam vocab_size."""
+    vocab = tokenization.load_vocab(config.vocab_file)
+    if len(vocab) != config.vocab_size:
+        raise HParamError(
+            f"vocab file {config.vocab_file} has {len(vocab)} tokens but hparam vocab_size is "
+            f"{config.vocab_size}; set \"vocab_size\": {len(vocab)} in --hparams")
+    return SpecialIds.from_vocab(vocab, where=f"vocab file {config.vocab_file}")
+
+
+def check_resume_compatible(config: PretrainingConfig, saved_path: str) -> list[str]:
+    """Refuses architecture changes against the config saved in the model dir; returns the
+    names of other hparams that changed (allowed, logged)."""
+    saved = io_utils.read_json(saved_path)
+    current = config.to_dict()
+    architecture = [k for k in ARCHITECTURE_KEYS if k in saved and saved[k] != current.get(k)]
+    if architecture:
+        changes = "; ".join(f"{k}: {saved[k]!r} -> {current.get(k)!r}" for k in architecture)
+        raise IncompatibleResumeError(
+            f"model dir {config.model_dir} holds checkpoints of another model ({changes}, "
+            f"compared with {saved_path}). Use a new model_name, or pass the new model as "
+            "init_checkpoint from a fresh model dir")
+    ignored = {"model_name", "data_dir", "model_dir", "do_train", "do_eval"}
+    return sorted(k for k in current if k in saved and saved[k] != current[k] and k not in ignored)
+
+
+def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
+    """Writes the resolved config, the architecture configs and a copy of the vocab (chief)."""
+    d = config.model_dir
+    io_utils.write_json(os.path.join(d, CONFIG_FILE), config.to_dict())
+    io_utils.write_text(os.path.join(d, BERT_CONFIG_FILE),
+                        trainer.model.disc_config.to_json_string() + "\n")
+    if trainer.model.generator_config is not None:
+        io_utils.write_text(os.path.join(d, GENERATOR_CONFIG_FILE),
+                            trainer.model.generator_config.to_json_string() + "\n")
+    vocab_copy = os.path.join(d, "vocab.txt")
+    if os.path.abspath(vocab_copy) != os.path.abspath(config.vocab_file) and not (
+            os.path.exists(vocab_copy) and filecmp.cmp(vocab_copy, config.vocab_file, False)):
+        with open(config.vocab_file, "rb") as src, io_utils.atomic_open(vocab_copy, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def _restore_or_init(config: PretrainingConfig, trainer: Trainer, chief: bool) -> str:
+    """Resumes from the model dir's newest readable checkpoint, else applies init_checkpoint."""
+    latest = checkpoint.latest_valid(config.model_dir) if os.path.isdir(config.model_dir) else None
+    saved_config = os.path.join(config.model_dir, CONFIG_FILE)
+    if latest is not None:
+        if os.path.exists(saved_config):
+            changed = check_resume_compatible(config, saved_config)
+            if changed:
+                log.warning("resuming with changed hparams: %s", ", ".join(changed))
+        trainer.restore(latest)
+        if config.init_checkpoint:
+            log.info("model dir has checkpoints: init_checkpoint %s is ignored",
+                     config.init_checkpoint)
+        return f"resumed from {latest} at step {trainer.global_step}"
+    if config.init_checkpoint:
+        report = trainer.init_from(config.init_checkpoint, config.init_checkpoint_keep_step)
+        if report.missing:
+            log.warning("init_checkpoint lacks %d model variables (kept at their initial values): "
+                        "%s", len(report.missing), ", ".join(report.missing[:10]))
+        return (f"initialised {len(report.restored)} variables from {report.path} "
+                f"(fresh optimizer state, step {trainer.global_step})")
+    return "starting from scratch"
+
+
+def _write_eval(config: PretrainingConfig, metrics: dict, step: int) -> None:
+    results = dict(metrics, global_step=step)
+    header = f"eval at step {step} on held-out data ({config.num_eval_steps} batches of " \
+             f"{config.eval_batch_size})"
+    tu.write_results(config.results_json, config.results_txt, results, header)
+    history_path = os.path.join(os.path.dirname(config.results_json), HISTORY_FILE)
+    history = io_utils.read_json(history_path) if os.path.exists(history_path) else []
+    history = [h for h in history if h.get("global_step") != step] + [results]
+    io_utils.write_json(history_path, sorted(history, key=lambda h: h["global_step"]))
+
+
+def run_eval(config: PretrainingConfig, trainer: Trainer, files: list[str], chief: bool,
+             writer: tu.SummaryWriter | None = None) -> dict:
+    start = time.time()
+    metrics = trainer.evaluate(files, config.num_eval_steps)
+    step = trainer.global_step
+    if chief:
+        _write_eval(config, metrics, step)
+        if writer is not None:
+            writer.scalars(step, metrics, prefix="eval/")
+            writer.flush()
+    shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(metrics.items()))
+    log.info("eval at step %d (%s): %s", step, tu.secs_to_str(time.time() - start), shown)
+    return metrics
+
+
+def _next_stop(step: int, config: PretrainingConfig) -> int:
+    stops = [config.num_train_steps, step + max(1, config.iterations_per_loop)]
+    for every in (config.save_checkpoints_steps, config.eval_every_steps if config.do_eval else 0):
+        if every and every > 0:
+            stops.append((step // every + 1) * every)
+    return min(stops)
+
+
+def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.DataFiles,
+          chief: bool, lock: tu.RunLock | None = None) -> None:
+    manager = checkpoint.CheckpointManager(config.model_dir, config.keep_checkpoint_max)
+    step = trainer.global_step
+    if step >= config.num_train_steps:
+        log.info("already trained: step %d >= num_train_steps %d", step, config.num_train_steps)
+        return
+    writer = tu.SummaryWriter(config.model_dir, enabled=chief)
+    progress = tu.Progress(config.num_train_steps, initial=step, enabled=chief,
+                           min_log_interval=10.0)
+    iterator = trainer.train_iterator(files.train)
+    last_saved = manager.latest()
+    start = time.time()
+    try:
+        while step < config.num_train_steps:
+            loop_start = time.time()
+            result = trainer.train_steps(iterator, _next_stop(step, config) - step)
+            elapsed = time.time() - loop_start
+            new_step = trainer.global_step
+            if not result.finite:
+                shown = ", ".join(f"{k}={v:.4g}" for k, v in result.bad_metrics.items())
+                raise tu.NonFiniteError(
+                    f"non-finite loss or gradient at step {new_step + 1} ({shown}); the update "
+                    f"was not applied and training stopped. Last good checkpoint: "
+                    f"{last_saved or 'none'} (left in place)", step=new_step + 1,
+                    names=[k for k, v in result.bad_metrics.items() if not math.isfinite(v)])
+            lr = trainer.learning_rate()
+            examples = result.steps_run * config.train_batch_size
+            progress.update(new_step, examples=examples, loss=result.metrics["loss"], lr=lr)
+            scalars = dict(result.metrics, learning_rate=lr,
+                           examples_per_sec=examples / max(elapsed, 1e-9),
+                           steps_per_sec=result.steps_run / max(elapsed, 1e-9))
+            if trainer.float16:
+                scalars["loss_scale"] = float(trainer.loss_scale.numpy())
+                if result.steps_applied < result.steps_run:
+                    progress.write(f"float16: skipped {result.steps_run - result.steps_applied} "
+                                   f"overflowing step(s) before step {new_step}")
+            writer.scalars(new_step, scalars, prefix="train/")
+            if lock is not None:
+                lock.heartbeat()
+            step = new_step
+            done = step >= config.num_train_steps
+            if done or (config.save_checkpoints_steps > 0
+                        and step % config.save_checkpoints_steps == 0):
+                if chief:
+                    last_saved = manager.save(trainer.checkpoint_tensors(), step)
+                    writer.flush()
+                    progress.write(
+                        f"saved checkpoint {last_saved} (step {step}, loss "
+                        f"{result.metrics['loss']:.4f}, lr {lr:.3g}, "
+                        f"{tu.secs_to_str(time.time() - start)} this run)")
+            if config.do_eval and config.eval_every_steps > 0 and \
+                    step % config.eval_every_steps == 0 and not done:
+                run_eval(config, trainer, files.eval, chief, writer)
+    finally:
+        progress.close()
+        writer.close()
+
+
+def _log_config(config: PretrainingConfig, trainer: Trainer) -> None:
+    log.info("Config: %s", json.dumps(config.to_dict(), sort_keys=True))
+    disc = trainer.model.disc_config
+    gen = trainer.model.generator_config
+    params = sum(int(tf.size(v)) for v in trainer.model_vars.values())
+    log.info("discriminator: %d layers, hidden %d, embedding %d; generator: %s; %d parameters; "
+             "%d replica(s), XLA %s, compute %s", disc.num_hidden_layers, disc.hidden_size,
+             disc.embedding_size,
+             "uniform" if gen is None else f"{gen.num_hidden_layers} layers, hidden {gen.hidden_size}",
+             params, trainer.strategy.num_replicas_in_sync, "on" if trainer.use_xla else "off",
+             config.compute_dtype)
+
+
+def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | None = None
+                  ) -> dict | None:
+    """Trains (do_train) and/or evaluates (do_eval); returns the final eval metrics if any."""
+    if not (config.do_train or config.do_eval):
+        raise HParamError("nothing to do: set do_train and/or do_eval to true")
+    if strategy is None:
+        strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
+                                              config.gcp_project)
+    chief = distribution.is_chief(strategy)
+    special_ids = load_special_ids(config)
+    files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
+    if config.do_eval:
+        available = input_pipeline.count_records(files.eval)
+        if available == 0:
+            raise ValueError("do_eval needs held-out data: set hparam eval_tfrecords, or build the "
+                             "data with held-out shards (metadata.json 'eval_files')")
+        needed = config.num_eval_steps * config.eval_batch_size
+        if available < needed:
+            log.info("held-out set has %d examples; %d eval batches of %d reuse some of them",
+                     available, config.num_eval_steps, config.eval_batch_size)
+    if chief and config.do_train:
+        ok, reason = tu.is_writable_dir(config.model_dir)
+        if not ok:
+            raise ValueError(f"cannot write to model dir {config.model_dir}: {reason}")
+    lock = tu.RunLock(config.model_dir) if chief and config.do_train else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        trainer = Trainer(config, special_ids, strategy)
+        _log_config(config, trainer)
+        how = _restore_or_init(config, trainer, chief)
+        log.info("%s; training files: %d, held-out files: %d", how, len(files.train),
+                 len(files.eval))
+        if config.do_train:
+            if chief:
+                prepare_model_dir(config, trainer)
+            train(config, trainer, files, chief, lock)
+        if config.do_eval:
+            if not config.do_train and checkpoint.latest_valid(config.model_dir) is None \
+                    and not config.init_checkpoint:
+                raise ValueError(f"do_eval: no checkpoint in {config.model_dir} to evaluate")
+            return run_eval(config, trainer, files.eval, chief)
+        return None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train_one_step(config: PretrainingConfig) -> float:
+    """Builds the model and trains it for one step without writing anything; returns the loss."""
+    trainer = Trainer(config, load_special_ids(config))
+    files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
+    result = trainer.train_steps(trainer.train_iterator(files.train), 1)
+    log.info("loss after one step: %s", result.metrics["loss"])
+    return result.metrics["loss"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", required=True,
+                        help="directory of pretrain_tfrecords/, vocab.txt and models/")
+    parser.add_argument("--model-name", required=True, help="name of the model (models/<name>)")
+    parser.add_argument("--hparams", default="{}",
+                        help="JSON object of hparams, or the path of a .json file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    try:
+        config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
+        train_or_eval(config)
+    except tu.NonFiniteError as e:
+        log.error("%s", e)
+        return 3
+    except (ValueError, FileNotFoundError, tu.RunLockError) as e:
+        log.error("%s", e)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
