@@ -141,3 +141,13 @@ def test_end_to_end_on_sst_and_cola_slices(shared_data, tmp_path):
     steps = (96 + 96) // 16
     assert [s for s, _ in scalars["train/loss"]][-1] == steps
     assert "sst/accuracy" in training_utils.read_scalars(os.path.join(trial_dir, "eval"))
+
+
+def test_float16_trains_with_dynamic_loss_scaling(tmp_path):
+    config = fixture_config(tmp_path, compute_dtype="float16", num_train_epochs=1.0,
+                            do_eval=False)
+    run_finetuning.run_finetuning(config)
+    tensors = final_tensors(config)
+    assert tensors["global_step"] == 3
+    assert 1.0 <= tensors["finetune_state/loss_scale"] <= trainer.INITIAL_LOSS_SCALE
+    assert all(np.isfinite(v).all() for v in tensors.values())
