@@ -10,11 +10,16 @@ Both tokenizers expose the same surface, which the rest of the project codes aga
 
 WordPiece follows BERT's algorithm exactly (clean text, CJK characters as words, lower-casing,
 accent stripping, punctuation splitting, greedy longest-match-first with "##" continuations).
-It is fast because every step after whitespace splitting is a pure function of one
-whitespace-separated word: results are memoised per word (natural text is Zipfian, so almost
-every word is a cache hit), and the per-character cleaning runs as one `str.translate` call
-with a lazily filled table. benchmarks/wordpiece_reference.py keeps the plain algorithm; the
-tests check that both give identical output on real text.
+It is fast because no step loops over characters in Python:
+  - cleaning and CJK spacing are one `str.translate` with a lazily filled table;
+  - lower-casing and NFD run on the whole text. BERT applies them word by word, which gives
+    the same result: both are per-character except Greek final sigma, whose context never
+    crosses whitespace, and NFD reordering, which never crosses a space;
+  - deleting combining marks and spacing out punctuation is a second `str.translate`, then
+    `str.split()`; pure-ASCII text (most English lines) uses one regex `findall` instead;
+  - WordPiece results are memoised per word (natural text is Zipfian: almost all hits).
+benchmarks/wordpiece_reference.py keeps the plain algorithm; tests check both give identical
+output on real and on generated text.
 """
 import functools
 import itertools
@@ -32,8 +37,8 @@ SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 
 # BERT maps words longer than this (in characters, after basic tokenization) to [UNK].
 MAX_INPUT_CHARS_PER_WORD = 100
-# Distinct words remembered per tokenizer; 2**18 covers the head of any natural corpus.
-WORD_CACHE_SIZE = 1 << 18
+# Distinct words remembered per tokenizer (each entry ~0.3 KB); covers the head of any corpus.
+WORD_CACHE_SIZE = 1 << 19
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,16 +102,38 @@ _CLEANING_TABLE = _CleaningTable()
 # Pre-fill ASCII so that pure-ASCII text takes CPython's fast ASCII translate path at once.
 for _cp in range(128):
     _CLEANING_TABLE[_cp]  # pylint: disable=pointless-statement
-# All non-alphanumeric printable ASCII, captured so re.split keeps the marks as pieces.
-_ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
-_PUNCTUATION_CACHE: dict[str, bool] = {chr(cp): is_punctuation(chr(cp)) for cp in range(128)}
+
+# After cleaning, ASCII text holds only spaces and printable characters: a word is a run of
+# letters/digits, and every other printable character is punctuation to BERT.
+_ASCII_WORDS = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
 
 
-def _is_punctuation_cached(char: str) -> bool:
-    result = _PUNCTUATION_CACHE.get(char)
-    if result is None:
-        result = _PUNCTUATION_CACHE[char] = is_punctuation(char)
-    return result
+class _SplitTable(dict):
+    """`str.translate` table that spaces out punctuation (and optionally deletes combining marks).
+
+    Applied to lower-cased, NFD-normalised text, then str.split(): the same words as BERT's
+    per-word accent stripping and punctuation splitting (marks are never punctuation, so one
+    pass can do both).
+    """
+
+    def __init__(self, delete_marks: bool):
+        super().__init__()
+        self._delete_marks = delete_marks
+
+    def __missing__(self, cp: int) -> str | None:
+        char = chr(cp)
+        if self._delete_marks and unicodedata.category(char) == "Mn":
+            value = None
+        elif is_punctuation(char):
+            value = f" {char} "
+        else:
+            value = char
+        self[cp] = value
+        return value
+
+
+_SPLIT_TABLE = _SplitTable(delete_marks=False)
+_STRIP_AND_SPLIT_TABLE = _SplitTable(delete_marks=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,27 +163,8 @@ def strip_accents_from(text: str) -> str:
     """NFD-decomposes `text` and drops the combining marks (category Mn)."""
     if text.isascii():
         return text  # ASCII has no decompositions
-    text = unicodedata.normalize("NFD", text)
-    return "".join(c for c in text if unicodedata.category(c) != "Mn")
-
-
-def split_on_punctuation(text: str) -> list[str]:
-    """Every punctuation character becomes its own piece: "don't!" -> ["don", "'", "t", "!"]."""
-    if text.isalnum():
-        return [text]  # letters and digits (L*, N*) are never punctuation
-    if text.isascii():
-        return [piece for piece in _ASCII_PUNCTUATION.split(text) if piece]
-    pieces = []
-    start = 0
-    for i, char in enumerate(text):
-        if _is_punctuation_cached(char):
-            if start < i:
-                pieces.append(text[start:i])
-            pieces.append(char)
-            start = i + 1
-    if start < len(text):
-        pieces.append(text[start:])
-    return pieces
+    return "".join(c for c in unicodedata.normalize("NFD", text)
+                   if unicodedata.category(c) != "Mn")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +266,7 @@ class BasicTokenizer:
     """BERT's basic tokenization: cleaning, CJK spacing, lower-casing, accents, punctuation.
 
     Args:
-      do_lower_case: lower-case each word.
+      do_lower_case: lower-case the text.
       strip_accents: drop combining accents after NFD decomposition. None follows
         `do_lower_case` (BERT's behaviour, and Hugging Face's convention); True/False force it
         on or off independently of casing.
@@ -267,28 +275,17 @@ class BasicTokenizer:
     def __init__(self, do_lower_case: bool = True, strip_accents: bool | None = None):
         self.do_lower_case = do_lower_case
         self.strip_accents = do_lower_case if strip_accents is None else bool(strip_accents)
-        self._word_cache = functools.lru_cache(maxsize=WORD_CACHE_SIZE)(self._split_word)
-
-    @staticmethod
-    def clean_and_split(text: str) -> list[str]:
-        """Cleans text and adds CJK spacing (one translate pass), then splits on whitespace."""
-        return convert_to_unicode(text).translate(_CLEANING_TABLE).split()
-
-    def _split_word(self, word: str) -> tuple[str, ...]:
-        """Lower-case / strip accents / split punctuation for one whitespace-free word."""
-        if self.do_lower_case:
-            word = word.lower()
-        if self.strip_accents:
-            word = strip_accents_from(word)
-        pieces = split_on_punctuation(word)
-        # BERT re-splits on whitespace at the end; NFD never yields whitespace in practice,
-        # but keeping the step makes equality with the reference unconditional.
-        return tuple(" ".join(pieces).split())
 
     def tokenize(self, text: str) -> list[str]:
         """text -> words and punctuation marks, e.g. "Héllo, World!" -> hello , world !"""
-        return list(itertools.chain.from_iterable(
-            map(self._word_cache, self.clean_and_split(text))))
+        text = convert_to_unicode(text).translate(_CLEANING_TABLE)
+        if self.do_lower_case:
+            text = text.lower()
+        if text.isascii():  # ~85% of English lines: no accents, ASCII-only punctuation
+            return _ASCII_WORDS.findall(text)
+        if self.strip_accents:
+            return unicodedata.normalize("NFD", text).translate(_STRIP_AND_SPLIT_TABLE).split()
+        return text.translate(_SPLIT_TABLE).split()
 
 
 class WordpieceTokenizer:
@@ -360,30 +357,22 @@ class FullTokenizer(_TokenizerBase):
         self.basic_tokenizer = BasicTokenizer(do_lower_case, strip_accents)
         self.strip_accents = self.basic_tokenizer.strip_accents
         self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab, unk_token=UNK_TOKEN)
-        self._tokens_cache = functools.lru_cache(maxsize=WORD_CACHE_SIZE)(self._word_tokens)
+        self._tokens_cache = functools.lru_cache(maxsize=WORD_CACHE_SIZE)(
+            self.wordpiece_tokenizer.tokenize_word)
         self._ids_cache = functools.lru_cache(maxsize=WORD_CACHE_SIZE)(self._word_ids)
-
-    def _word_tokens(self, word: str) -> tuple[str, ...]:
-        """One whitespace-separated word of cleaned text -> all of its word pieces."""
-        # Bypasses the basic tokenizer's own cache: this cache already remembers the word.
-        split = self.basic_tokenizer._split_word(word)  # pylint: disable=protected-access
-        tokenize_word = self.wordpiece_tokenizer.tokenize_word
-        if len(split) == 1:
-            return tokenize_word(split[0])
-        return tuple(itertools.chain.from_iterable(map(tokenize_word, split)))
 
     def _word_ids(self, word: str) -> tuple[int, ...]:
         vocab = self.vocab
-        return tuple(vocab[t] for t in self._tokens_cache(word))
+        return tuple(vocab[t] for t in self.wordpiece_tokenizer.tokenize_word(word))
 
     def tokenize(self, text: str) -> list[str]:
         """text -> word pieces, e.g. "Unwanted running" -> un ##want ##ed runn ##ing"""
-        words = BasicTokenizer.clean_and_split(text)
+        words = self.basic_tokenizer.tokenize(text)
         return list(itertools.chain.from_iterable(map(self._tokens_cache, words)))
 
     def encode(self, text: str) -> list[int]:
         """text -> word-piece ids (no [CLS]/[SEP] added)."""
-        words = BasicTokenizer.clean_and_split(text)
+        words = self.basic_tokenizer.tokenize(text)
         return list(itertools.chain.from_iterable(map(self._ids_cache, words)))
 
 
