@@ -230,14 +230,24 @@ class Trainer:
         step = self.optimizer.global_step.read_value()
         rng = rng_lib.ExampleRng(self.seed, step, offset)
         masked = self.model.mask({k: features[k] for k in _FEATURES}, rng)
-        denominators = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                      self.model.denominators(masked))
+        denominators = Denominators(*self._all_reduce_packed(
+            ctx, list(self.model.denominators(masked))))
         grads, metrics = self._grads_fn(masked, step, replica, offset, denominators,
                                         self.loss_scale.read_value())
-        grads, metrics = ctx.all_reduce(tf.distribute.ReduceOp.SUM, (grads, metrics))
+        reduced = self._all_reduce_packed(ctx, list(grads) + [metrics])
+        grads, metrics = reduced[:-1], reduced[-1]
         norm = tf.linalg.global_norm(grads)
         self.input_position.assign(features[input_pipeline.POSITION_KEY][0])
         return grads, tf.concat([metrics, [norm]], 0)
+
+    def _all_reduce_packed(self, ctx, tensors: list) -> list:
+        """Sums float32 tensors over replicas in ONE all-reduce (not one per variable)."""
+        if self.strategy.num_replicas_in_sync == 1:
+            return tensors
+        flat = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                              tf.concat([tf.reshape(t, [-1]) for t in tensors], 0))
+        parts = tf.split(flat, [t.shape.num_elements() for t in tensors])
+        return [tf.reshape(p, t.shape) for p, t in zip(parts, tensors)]
 
     def _replica_apply(self, grads):
         self.optimizer.apply(grads, self.trainable)
@@ -309,8 +319,8 @@ class Trainer:
         # different training steps compare the same masks.
         rng = rng_lib.ExampleRng(self.seed, -1 - tf.cast(batch_index, tf.int64), offset)
         masked = self.model.mask({k: features[k] for k in _FEATURES}, rng)
-        denominators = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                      self.model.denominators(masked))
+        denominators = Denominators(*self._all_reduce_packed(
+            ctx, list(self.model.denominators(masked))))
         out = self.model(masked, training=False, rng=rng, denominators=denominators)
         sums = pretrain_metrics.batch_sums(out)
         sums["batches"] = sums["batches"] / float(self.strategy.num_replicas_in_sync)
