@@ -15,6 +15,7 @@ import argparse
 import glob
 import logging
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -152,7 +153,8 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     return summary
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; returns the exit status (2: bad input or settings, 3: diverged)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True,
                         help="directory holding finetuning_data/ and models/")
@@ -160,11 +162,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hparams", default="{}",
                         help="JSON object of hyperparameters, or a path to a .json file")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    config = configure_finetuning.FinetuningConfig.from_hparams(args.model_name, args.data_dir,
-                                                                args.hparams)
-    run_finetuning(config)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    try:
+        config = configure_finetuning.FinetuningConfig.from_hparams(
+            args.model_name, args.data_dir, args.hparams)
+        run_finetuning(config)
+    except training_utils.NonFiniteError as e:
+        log.error("%s", e)
+        return 3
+    except (ValueError, FileNotFoundError, training_utils.RunLockError) as e:
+        log.error("%s", e)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

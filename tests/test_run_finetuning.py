@@ -1,14 +1,16 @@
 """run_finetuning end to end: trials, results files, test predictions, resuming halted trials."""
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
+import build_pretraining_dataset
 import configure_finetuning
 import run_finetuning
+import run_pretraining
 from finetune import trainer
-from model import modeling
 from util import checkpoint
 from util import training_utils
 
@@ -92,31 +94,35 @@ def test_trials_median_and_finished_trials_are_reused(tmp_path, monkeypatch):
     assert text.count("\ntrial ") == 3 and "median of 3: cola: accuracy:" in text
 
 
-def _tiny_pretrained_checkpoint(directory, bert_config):
-    """A checkpoint laid out as pre-training writes it (encoder + generator + step)."""
-    encoder = modeling.BertModel(bert_config, scope="electra", seed=7)
-    tensors = {checkpoint.checkpoint_name(v): v.numpy() for v in encoder.variables}
-    tensors["generator_predictions/output_bias"] = np.zeros([bert_config.vocab_size], np.float32)
-    tensors["global_step"] = np.int64(20)
-    checkpoint.CheckpointManager(directory).save(tensors, 20)
-
-
 def test_end_to_end_on_sst_and_cola_slices(shared_data, tmp_path):
+    """Pre-train a tiny model briefly on a slice of the shared corpus, then fine-tune it."""
     data_dir = tmp_path / "data"
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    with open(shared_data / "pretrain_corpus" / "enwiki_wiki_00.txt", encoding="utf-8") as f:
+        (corpus / "slice.txt").write_text(f.read(200_000), encoding="utf-8")
     vocab = shared_data / "vocab" / "bert-uncased-vocab.txt"
-    hparams = {
-        "task_names": ["sst", "cola"], "raw_data_dir": str(shared_data / "glue" / "{task}"),
-        "vocab_file": str(vocab), "model_hparam_overrides": TINY, "embedding_size": 16,
-        "max_seq_length": 32, "max_train_examples": 96, "max_eval_examples": 64,
-        "train_batch_size": 16, "eval_batch_size": 64, "num_train_epochs": 1.0,
-        "write_test_outputs": True, "n_writes_test": 1, "num_trials": 2,
-    }
-    config = configure_finetuning.FinetuningConfig.from_hparams("tiny", str(data_dir), hparams)
-    assert config.init_checkpoint == str(data_dir / "models" / "tiny")
-    _tiny_pretrained_checkpoint(config.init_checkpoint, config.bert_config())
+    assert build_pretraining_dataset.main([
+        "--corpus-dir", str(corpus), "--vocab-file", str(vocab), "--output-dir",
+        str(data_dir / "pretrain_tfrecords"), "--max-seq-length", "32", "--num-out-files", "2",
+        "--eval-fraction", "0", "--no-progress"]) == 0
+    shutil.copy(vocab, data_dir / "vocab.txt")
+    model = {"model_hparam_overrides": TINY, "embedding_size": 16, "max_seq_length": 32}
+    assert run_pretraining.main([
+        "--data-dir", str(data_dir), "--model-name", "tiny", "--hparams", json.dumps(dict(
+            model, train_batch_size=8, num_train_steps=6, num_warmup_steps=2, do_eval=False,
+            learning_rate=1e-3, adam_bias_correction=True))]) == 0
 
-    run_finetuning.main(["--data-dir", str(data_dir), "--model-name", "tiny",
-                         "--hparams", json.dumps(hparams)])
+    hparams = dict(model, task_names=["sst", "cola"],
+                   raw_data_dir=str(shared_data / "glue" / "{task}"), max_train_examples=96,
+                   max_eval_examples=64, train_batch_size=16, eval_batch_size=64,
+                   num_train_epochs=1.0, write_test_outputs=True, n_writes_test=1, num_trials=2)
+    assert run_finetuning.main(["--data-dir", str(data_dir), "--model-name", "tiny",
+                                "--hparams", json.dumps(hparams)]) == 0
+    config = configure_finetuning.FinetuningConfig.from_hparams("tiny", str(data_dir), hparams)
+    settings = json.loads(open(os.path.join(trainer.trial_dir(config, 1),
+                                            trainer.SETTINGS_FILE)).read())
+    assert settings["init"] == "pretrained"
 
     results_dir = data_dir / "models" / "tiny" / "results"
     summary = json.loads((results_dir / "sst,cola_results.json").read_text())
