@@ -30,6 +30,9 @@ from util import training_utils
 
 log = logging.getLogger("run_finetuning")
 
+# Official TPUEstimator settings with no TF2 meaning (TPUStrategy uses every core it finds).
+NO_EFFECT_HPARAMS = ("num_tpu_cores", "tpu_job_name")
+
 
 # -- results ------------------------------------------------------------------------------------
 
@@ -127,6 +130,11 @@ def run_trial(config, tasks, preprocessor, trial, strategy) -> dict[str, Any] | 
 def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, Any] | None:
     """Runs every trial; returns the results summary (None without do_eval)."""
     log.info("fine-tuning config:\n%s", config.to_json())
+    defaults = {name: default for name, _, default, _ in config.describe()}
+    unused = [k for k in NO_EFFECT_HPARAMS if getattr(config, k) != defaults[k]]
+    if unused:
+        log.info("hparams accepted for compatibility but without effect here: %s",
+                 ", ".join(unused))
     strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                           config.gcp_project)
     tokenizer = task_builder.build_tokenizer(config)

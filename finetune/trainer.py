@@ -109,12 +109,15 @@ class ModelRunner:
         self.manager = checkpoint.CheckpointManager(self.model_dir, max_to_keep=1)
         self._train_fn = None
         self._predict_fn = None
+        self._restored_step = 0
 
     # -- state ------------------------------------------------------------------------------------
 
     @property
     def global_step(self) -> int:
-        return int(self.optimizer.global_step.numpy()) if self.optimizer is not None else 0
+        if self.optimizer is not None:
+            return int(self.optimizer.global_step.numpy())
+        return self._restored_step  # evaluation only: the step of the restored checkpoint
 
     def _state_variables(self) -> dict[str, tf.Variable]:
         variables = list(self.model.variables)
@@ -145,8 +148,14 @@ class ModelRunner:
         if latest is not None:
             variables = self._state_variables()
             checkpoint.restore(variables, latest, allow_missing=self.optimizer is None)
+            reader = tf.train.load_checkpoint(latest)
+            if reader.has_tensor("global_step"):
+                self._restored_step = int(reader.get_tensor("global_step"))
             log.info("trial %d: resumed from %s (step %d)", self.trial, latest, self.global_step)
             return "resumed"
+        if not self.config.do_train:
+            log.warning("trial %d: do_train is false and %s holds no checkpoint: evaluating "
+                        "untrained task heads", self.trial, self.model_dir)
         if self.config.init_checkpoint:
             self.model.restore_pretrained(self.config.init_checkpoint)
             source = "pretrained"

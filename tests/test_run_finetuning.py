@@ -64,9 +64,15 @@ def test_halted_trial_resumes_to_the_same_weights(tmp_path, monkeypatch):
     assert summary["trials"][0]["global_step"] == 9
 
 
-def test_resuming_with_other_settings_is_refused(tmp_path):
+def test_resuming_with_other_settings_is_refused_and_eval_only_runs(tmp_path):
     config = fixture_config(tmp_path, do_eval=False, num_train_epochs=1.0)
-    run_finetuning.run_finetuning(config)
+    assert run_finetuning.run_finetuning(config) is None
+    assert not os.path.exists(config.results_json)
+    # do_train false: evaluates the trial's fine-tuned checkpoint.
+    evaluated = run_finetuning.run_finetuning(
+        fixture_config(tmp_path, do_train=False, num_train_epochs=1.0))
+    assert evaluated["trials"][0]["global_step"] == 3
+    assert set(evaluated["median"]) == {"cola", "sst"}
     changed = fixture_config(tmp_path, do_eval=False, num_train_epochs=1.0, learning_rate=5e-4)
     with pytest.raises(ValueError, match=r"other settings \(learning_rate: 0.001 there, "
                                          r"0.0005 now\)"):
