@@ -13,12 +13,9 @@ Examples:
       --output-dir data/pretrain_tfrecords        # trains a SentencePiece vocabulary first
 """
 import argparse
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from pretrain import corpus, dataset_builder  # noqa: E402
+from pretrain import corpus, dataset_builder
 
 _TRUE = {"true", "t", "yes", "y", "1", "on"}
 _FALSE = {"false", "f", "no", "n", "0", "off"}

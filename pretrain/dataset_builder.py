@@ -279,7 +279,6 @@ _WORKER_QUEUE = None
 def _init_worker(progress_queue) -> None:
     global _WORKER_QUEUE
     _WORKER_QUEUE = progress_queue
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def _report_to_queue(nbytes: int, examples: int, files: int) -> None:
@@ -294,7 +293,8 @@ def _run_tasks(tasks: list[example_builder.GroupTask], num_processes: int,
                on_progress: Callable[[int, int, int], None]) -> list[example_builder.GroupResult]:
     if num_processes == 1 or len(tasks) <= 1:
         return [example_builder.build_group(task, on_progress) for task in tasks]
-    # "spawn": forking a process that may already hold TensorFlow threads can deadlock.
+    # "spawn", not fork: the caller (a test, a notebook) may hold TensorFlow threads, and forking
+    # those can deadlock. Workers import no TensorFlow, so they start in well under a second.
     context = multiprocessing.get_context("spawn")
     progress_queue = context.Queue()
     results = []

@@ -23,7 +23,7 @@ import time
 from typing import Callable, NamedTuple
 
 from model import tokenization
-from pretrain import corpus, pretrain_data
+from pretrain import corpus, pretrain_data, tfrecord_writer
 from util import io_utils
 
 SINGLE_SEGMENT_PROB = 0.1     # official: "small chance to only have one segment"
@@ -213,8 +213,6 @@ class _Progress:
 def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None = None
                 ) -> GroupResult:
     """Builds and writes the shards of one group (see the module docstring)."""
-    import tensorflow as tf  # only workers that write need TensorFlow
-
     tokenizer = get_tokenizer(task.tokenizer)
     encode = tokenizer.encode
     rng = random.Random(f"{task.seed}:{task.group}:examples")
@@ -225,7 +223,7 @@ def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None 
 
     stats = {s: ShardStats() for s in task.shards}
     temp_paths = {s: temp_shard_path(task.output_dir, s, task.num_shards) for s in task.write}
-    writers = {s: tf.io.TFRecordWriter(p) for s, p in temp_paths.items()}
+    writers = {s: tfrecord_writer.TFRecordWriter(p) for s, p in temp_paths.items()}
     progress = _Progress(report)
     buffer: list[Example] = []
     emitted = 0

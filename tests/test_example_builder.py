@@ -131,6 +131,28 @@ def test_serialized_bytes_match_tensorflow():
         pretrain_data.serialize_unpadded(tokens, 4, 3)
 
 
+def test_tfrecord_writer_matches_tensorflow(tmp_path):
+    import tensorflow as tf
+
+    from pretrain import tfrecord_writer
+
+    crc = tfrecord_writer.Crc32c()
+    assert crc(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert crc(b"") == 0 and crc(b"\x00" * 32) == 0x8A9136AA
+    rng = random.Random(0)
+    records = [bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 7, 600, 2500])))
+               for _ in range(300)]
+    with tfrecord_writer.TFRecordWriter(str(tmp_path / "ours"), batch_size=64) as writer:
+        for record in records:
+            writer.write(record)
+    with tf.io.TFRecordWriter(str(tmp_path / "theirs")) as writer:
+        for record in records:
+            writer.write(record)
+    assert (tmp_path / "ours").read_bytes() == (tmp_path / "theirs").read_bytes()
+    read_back = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "ours"))]
+    assert read_back == records
+
+
 # ---------------------------------------------------------------------------------------------
 # Corpus reading.
 
