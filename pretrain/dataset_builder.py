@@ -319,11 +319,43 @@ def _run_tasks(tasks: list[example_builder.GroupTask], num_processes: int,
     return results
 
 
+def _settings_record(cfg: BuildConfig, files: list[corpus.InputFile], num_shards: int) -> dict:
+    """Everything that determines the shards' content; a resumed build must match it exactly."""
+    if cfg.vocab_size is not None:
+        vocab_id = {"train_sentencepiece_vocab_size": cfg.vocab_size}
+    else:
+        vocab_path = cfg.vocab_file or cfg.spm_model
+        if not os.path.isfile(vocab_path):
+            raise BuildError(f"vocabulary {vocab_path} does not exist")
+        vocab_id = {"sha256": sha256_file(vocab_path)}
+    strip_accents = cfg.lower_case if cfg.strip_accents is None else cfg.strip_accents
+    config = {
+        "format_version": pretrain_data.FORMAT_VERSION,
+        "tokenizer": cfg.kind,
+        "vocab": vocab_id,
+        "do_lower_case": cfg.lower_case,
+        "strip_accents": strip_accents if cfg.kind == "wordpiece" else None,
+        "max_seq_length": cfg.max_seq_length,
+        "blanks_separate_docs": cfg.blanks_separate_docs,
+        "seed": cfg.seed,
+        "num_out_files": num_shards,
+        "eval_fraction": cfg.eval_fraction,
+        "corpus": {"num_files": len(files), "bytes": sum(f.size for f in files),
+                   "fingerprint": corpus_fingerprint(files)},
+    }
+    return config
+
+
 def build_dataset(cfg: BuildConfig) -> dict:
     """Runs a whole build (or the rest of an interrupted one); returns the metadata written."""
     start_time = time.time()
     cfg.validate()
     log = cfg.log
+    corpus_real = os.path.realpath(cfg.corpus_dir)
+    output_real = os.path.realpath(cfg.output_dir)
+    if output_real == corpus_real or output_real.startswith(corpus_real + os.sep):
+        raise BuildError(f"--output-dir {cfg.output_dir} is inside --corpus-dir {cfg.corpus_dir}; "
+                         f"its shards would be read as text by the next run. Choose another place")
     files = corpus.find_input_files(cfg.corpus_dir)
     problems = [f.problem for f in files if f.problem is not None]
     if problems and not cfg.skip_bad_files:
@@ -345,28 +377,7 @@ def build_dataset(cfg: BuildConfig) -> dict:
                 f"and {math.ceil(1 / cfg.eval_fraction - 1e-9) if cfg.eval_fraction else 1} for "
                 f"the held-out split); set --num-out-files to choose")
 
-    if cfg.vocab_size is not None:
-        vocab_id = {"train_sentencepiece_vocab_size": cfg.vocab_size}
-    else:
-        vocab_path = cfg.vocab_file or cfg.spm_model
-        if not os.path.isfile(vocab_path):
-            raise BuildError(f"vocabulary {vocab_path} does not exist")
-        vocab_id = {"sha256": sha256_file(vocab_path)}
-    strip_accents = cfg.lower_case if cfg.strip_accents is None else cfg.strip_accents
-    config = {
-        "format_version": pretrain_data.FORMAT_VERSION,
-        "tokenizer": cfg.kind,
-        "vocab": vocab_id,
-        "do_lower_case": cfg.lower_case,
-        "strip_accents": strip_accents if cfg.kind == "wordpiece" else None,
-        "max_seq_length": cfg.max_seq_length,
-        "blanks_separate_docs": cfg.blanks_separate_docs,
-        "seed": cfg.seed,
-        "num_out_files": num_shards,
-        "eval_fraction": cfg.eval_fraction,
-        "corpus": {"num_files": len(files), "bytes": total_bytes,
-                   "fingerprint": corpus_fingerprint(files)},
-    }
+    config = _settings_record(cfg, files, num_shards)
     _check_output_dir(cfg.output_dir, config, existing)
     same_build = existing == config
     io_utils.write_json(_config_path(cfg.output_dir), config)

@@ -233,6 +233,11 @@ def test_bad_file_stops_or_is_skipped(tmp_path, vocab_file, capsys):
     err = capsys.readouterr().err
     assert "zbad.txt is not valid UTF-8 at byte offset 9" in err and "--skip-bad-files" in err
     assert not [n for n in os.listdir(tmp_path / "out") if n.startswith("pretrain_data")]
+    # The same error comes back from a worker process.
+    two = ["--corpus-dir", str(tmp_path / "corpus"), "--vocab-file", vocab_file, "--output-dir",
+           str(tmp_path / "out2"), "--num-out-files", "2", "--num-processes", "2", "--no-progress"]
+    assert build_pretraining_dataset.main(two) == 2
+    assert "zbad.txt is not valid UTF-8 at byte offset 9" in capsys.readouterr().err
     assert build_pretraining_dataset.main(args + ["--skip-bad-files"]) == 0
     metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
     assert [s["file"] for s in metadata["skipped_files"]] == ["zbad.txt"]
@@ -260,6 +265,8 @@ def test_input_errors(tmp_path, vocab_file):
         build(tmp_path / "corpus", tmp_path / "out", None)
     with pytest.raises(ValueError, match="--max-seq-length must be at least 5"):
         build(tmp_path / "corpus", tmp_path / "out", vocab_file, max_seq_length=3)
+    with pytest.raises(ValueError, match="is inside --corpus-dir"):
+        build(tmp_path / "corpus", tmp_path / "corpus" / "out", vocab_file)
 
 
 def test_refuses_output_of_another_configuration(tmp_path, vocab_file):
