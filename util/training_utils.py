@@ -130,7 +130,8 @@ def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
     for name in sorted(os.listdir(logdir)):
         if not name.startswith("events.out.tfevents"):
             continue
-        for event in tf.compat.v1.train.summary_iterator(os.path.join(logdir, name)):
+        for record in tf.data.TFRecordDataset(os.path.join(logdir, name)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:
                 number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
                           else value.simple_value)
