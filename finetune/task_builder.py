@@ -27,6 +27,22 @@ TASKS: dict[str, str] = {
     "rte": f"{_GLUE}:RTE",
     "wnli": f"{_GLUE}:WNLI",
 }
+_QA = "finetune.qa.qa_tasks"
+TASKS.update({
+    "squad": f"{_QA}:SQuAD",
+    "squadv1": f"{_QA}:SQuADv1",
+    "newsqa": f"{_QA}:NewsQA",
+    "naturalqs": f"{_QA}:NaturalQuestions",
+    "triviaqa": f"{_QA}:TriviaQA",
+    "searchqa": f"{_QA}:SearchQA",
+    "hotpotqa": f"{_QA}:HotpotQA",
+    "textbookqa": f"{_QA}:TextbookQA",
+    "bioasq": f"{_QA}:BioASQ",
+    "drop": f"{_QA}:DROP",
+    "duorc": f"{_QA}:DuoRC",
+    "race": f"{_QA}:RACE",
+    "relationextraction": f"{_QA}:RelationExtraction",
+})
 
 
 def build_tokenizer(config: configure_finetuning.FinetuningConfig):
