@@ -59,6 +59,7 @@ class FinetuningConfig(HParams):
     use_tfrecords_if_existing: bool = hp(True, "reuse cached featurized tfrecords when their key matches")
     max_train_examples: int | None = hp(None, "use only the first N training examples (quick runs)")
     max_eval_examples: int | None = hp(None, "evaluate on only the first N dev examples (quick runs)")
+    heldout_dev_sentences: int = hp(1000, "tagging tasks without dev.txt (chunk): the last N train.txt sentences are held out as the dev set")
 
     # writing model outputs to disk
     write_test_outputs: bool = hp(False, "write test-set predictions (GLUE TSVs, SQuAD json)")
@@ -168,6 +169,7 @@ class FinetuningConfig(HParams):
             (0.0 <= self.warmup_proportion <= 1.0, "warmup_proportion", "must be in [0, 1]"),
             (self.train_batch_size > 0, "train_batch_size", "must be > 0"),
             (self.max_seq_length > 2, "max_seq_length", "must be > 2"),
+            (self.heldout_dev_sentences >= 0, "heldout_dev_sentences", "must be >= 0"),
         ]
         for ok, key, rule in checks:
             if not ok:

@@ -129,6 +129,12 @@ class Task(abc.ABC):
         """
         raise NotImplementedError(f"task {self.name!r} does not write test predictions")
 
+    def write_eval_outputs(self, scorer: scorer_lib.Scorer, split: str,
+                           trial: int) -> list[str]:
+        """Optional files describing one evaluation (e.g. per-word predictions), written next to
+        the results files after `scorer` has seen every example of `split`; returns the paths."""
+        return []
+
     def cache_key(self) -> dict[str, Any]:
         """Task settings that change featurized data; part of the tfrecord cache key."""
         return {}

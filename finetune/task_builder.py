@@ -26,6 +26,7 @@ TASKS: dict[str, str] = {
     "qnli": f"{_GLUE}:QNLI",
     "rte": f"{_GLUE}:RTE",
     "wnli": f"{_GLUE}:WNLI",
+    "chunk": "finetune.tagging.tagging_tasks:Chunking",
 }
 _QA = "finetune.qa.qa_tasks"
 TASKS.update({

@@ -1,0 +1,381 @@
+"""Sequence tagging: CoNLL-2000 text chunking (task "chunk") and its token classification head.
+
+Data: `<raw_data_dir>/chunk/{train,dev,test}.txt` in the CoNLL-2000 format: one token per line as
+"word POS chunk-tag" (IOB, e.g. "B-NP"), a blank line after each sentence, "-DOCSTART-" lines
+ignored. CoNLL-2000 has no official dev set: without dev.txt the last `heldout_dev_sentences`
+sentences of train.txt become the dev set (and are left out of training), which is logged.
+
+Labels: each word's chunk tag is re-encoded in BIOES over the fixed CoNLL-2000 chunk types (the
+official release also trains on BIOES); predictions are decoded back to IOB2 for scoring and
+output. Only the first WordPiece of a word carries its label; the other pieces get none.
+
+Windows: a sentence whose pieces do not fit in `max_seq_length - 2` ([CLS] ... [SEP]) is cut into
+overlapping windows of whole words. Each word is labelled in exactly one window (the one where it
+has the most context), so the loss counts every word once and the
+scorer merges the windows back into the full sentence: no word is dropped.
+
+Head: `task_specific/<task>/dense/{kernel,bias}` on the encoder output at each word's first piece,
+no dropout (as the official tagging head), softmax cross-entropy summed over a row's words.
+"""
+import dataclasses
+import logging
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import configure_finetuning
+from finetune import feature_spec
+from finetune import heads
+from finetune import task as task_lib
+from finetune.tagging import tagging_metrics
+from model import modeling
+from util import io_utils
+
+log = logging.getLogger(__name__)
+
+# The chunk types of CoNLL-2000 (all occur in its training set).
+CONLL2000_CHUNK_TYPES = ("ADJP", "ADVP", "CONJP", "INTJ", "LST", "NP", "PP", "PRT", "SBAR",
+                         "UCP", "VP")
+LABEL_ENCODING = "BIOES"
+# The official tagging featurizer sets segment id 1 on every real token (CLS and SEP included).
+SEGMENT_ID = 1
+DOCSTART = "-DOCSTART-"
+
+
+def bioes_label_list(chunk_types: Sequence[str]) -> list[str]:
+    """"O" and B/I/E/S-<type> for every type, sorted as strings (the official label order)."""
+    return sorted([tagging_metrics.OUTSIDE] + [f"{p}-{t}" for t in chunk_types for p in "BIES"])
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TaggingExample(task_lib.Example):
+    """One sentence: its words, their tags as in the file, and the BIOES training labels."""
+    words: list[str] = dataclasses.field(default_factory=list)
+    tags: list[str] = dataclasses.field(default_factory=list)
+    labels: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class ConllSentence:
+    words: list[str]
+    tags: list[str]
+    source: str  # "path:line" of the sentence's first token
+
+
+def read_conll(path: str, n_columns: int = 3) -> list[ConllSentence]:
+    """Sentences of a CoNLL file whose lines hold `n_columns` space-separated fields, tag last.
+
+    Raises:
+      TaskDataError: a line with another number of columns, naming the file and line.
+    """
+    sentences: list[ConllSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    first_line = 0
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            fields = line.split()
+            if not fields:
+                if words:
+                    sentences.append(ConllSentence(words, tags, f"{path}:{first_line}"))
+                    words, tags = [], []
+                continue
+            if fields[0] == DOCSTART:
+                continue
+            if len(fields) != n_columns:
+                raise task_lib.TaskDataError(
+                    f"{path}:{line_no}: expected {n_columns} space-separated columns (word, POS "
+                    f"tag, chunk tag), found {len(fields)}: {line.rstrip()[:200]!r}")
+            if not words:
+                first_line = line_no
+            words.append(fields[0])
+            tags.append(fields[-1])
+    if words:  # no blank line after the last sentence
+        sentences.append(ConllSentence(words, tags, f"{path}:{first_line}"))
+    return sentences
+
+
+# -- windows --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """Words [start, end) go into the input; the words in `owned` are labelled in this window."""
+    start: int
+    end: int
+    owned: frozenset
+
+
+def plan_windows(piece_counts: Sequence[int], budget: int) -> list[Window]:
+    """Cuts a sentence into windows of whole words holding at most `budget` pieces each.
+
+    Each window is as long as fits; the next one starts at the first word such that at most
+    budget // 2 pieces overlap the previous window, so words near a cut still see context. Every
+    word is owned by exactly one window: the one where it has the most words of context on its
+    shorter side (the earlier window on ties). Windows left owning nothing are dropped.
+
+    Args:
+      piece_counts: pieces per word, each in [1, budget].
+      budget: pieces per window.
+    """
+    if budget < 1:
+        raise ValueError(f"window budget must be >= 1, got {budget}")
+    if any(not 1 <= c <= budget for c in piece_counts):
+        raise ValueError(f"every word needs 1..{budget} pieces, got {list(piece_counts)}")
+    n = len(piece_counts)
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while start < n:
+        end, used = start, 0
+        while end < n and used + piece_counts[end] <= budget:
+            used += piece_counts[end]
+            end += 1
+        spans.append((start, end))
+        if end == n:
+            break
+        # The next start is after `start` (progress) and at most `end` (no word skipped).
+        nxt, overlap = end, 0
+        while nxt - 1 > start and overlap + piece_counts[nxt - 1] <= budget // 2:
+            nxt -= 1
+            overlap += piece_counts[nxt]
+        start = nxt
+    owners: list[list[int]] = [[] for _ in spans]
+    for word in range(n):
+        best = max((min(word - s, e - 1 - word), -i) for i, (s, e) in enumerate(spans)
+                   if s <= word < e)
+        owners[-best[1]].append(word)
+    return [Window(s, e, frozenset(owned)) for (s, e), owned in zip(spans, owners) if owned]
+
+
+# -- head -----------------------------------------------------------------------------------------
+
+
+class TokenClassificationHead(heads.TaskHead):
+    """Dense layer on each word's first piece -> logits [B, S, C]; loss summed over words."""
+
+    def __init__(self, task_name: str, bert_config: modeling.BertConfig, num_labels: int,
+                 seed: int = 0):
+        super().__init__(task_name, bert_config, seed)
+        self.num_labels = num_labels
+        self.dense = heads.HeadDense(bert_config.hidden_size, num_labels, f"{self.scope}/dense",
+                                     seed=seed)
+
+    def __call__(self, encoder_output, features, *, training, seeds, percent_done):
+        name = self.task_name
+        sequence = tf.cast(encoder_output.sequence_output, tf.float32)  # [B, L, H]
+        positions = features[f"{name}_labeled_positions"]  # [B, S] first piece of each word
+        reprs = tf.gather(sequence, positions, batch_dims=1)  # [B, S, H]
+        logits = self.dense(reprs)  # [B, S, C]
+        labels = features[f"{name}_labels"]  # [B, S]
+        labels_mask = features[f"{name}_labels_mask"]  # [B, S] float, 1 on owned words
+        word_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        losses = tf.reduce_sum(word_losses * labels_mask, axis=-1)  # [B]
+        outputs = dict(loss=losses,
+                       predictions=tf.argmax(logits, axis=-1, output_type=tf.int32),
+                       labels=labels, labels_mask=labels_mask,
+                       first_word=features[f"{name}_first_word"], eid=features[f"{name}_eid"])
+        return losses, outputs
+
+
+# -- tasks ----------------------------------------------------------------------------------------
+
+
+class TaggingTask(task_lib.Task):
+    """A task labelling every word of a sentence with a chunk (span) tag, scored as conlleval."""
+
+    chunk_types: Sequence[str] = ()
+
+    def __init__(self, config: configure_finetuning.FinetuningConfig, name: str, tokenizer):
+        super().__init__(config, name)
+        self._tokenizer = tokenizer
+        self.label_list = bioes_label_list(self.chunk_types)
+        self._label_ids = {label: i for i, label in enumerate(self.label_list)}
+        self._valid_tags = {tagging_metrics.OUTSIDE} | {
+            f"{p}-{t}" for t in self.chunk_types for p in "BI"}
+        self._files: dict[str, list[ConllSentence]] = {}
+        self._examples: dict[str, list[TaggingExample]] = {}
+        self._logged_holdout = False
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _read(self, filename: str) -> list[ConllSentence]:
+        if filename not in self._files:
+            path = self.data_file(filename)
+            sentences = read_conll(path)
+            for s in sentences:
+                self._check_tags(s)
+            self._files[filename] = sentences
+        return self._files[filename]
+
+    def _check_tags(self, sentence: ConllSentence) -> None:
+        path, first = sentence.source.rsplit(":", 1)
+        for i, tag in enumerate(sentence.tags):
+            if tag not in self._valid_tags:
+                raise task_lib.TaskDataError(
+                    f"{path}:{int(first) + i}: chunk tag {tag!r} of word {sentence.words[i]!r} is "
+                    f"not O, B-<type> or I-<type> with a {self.name} type "
+                    f"({', '.join(self.chunk_types)})")
+
+    def has_dev_file(self) -> bool:
+        return os.path.isfile(os.path.join(self.data_dir(), "dev.txt"))
+
+    def heldout_size(self) -> int:
+        """Sentences of train.txt held out as the dev set (0 when dev.txt exists)."""
+        return 0 if self.has_dev_file() else self.config.heldout_dev_sentences
+
+    def _split_sentences(self, split: str) -> list[ConllSentence]:
+        if split not in ("train", "dev") or split == "dev" and self.has_dev_file():
+            return self._read(f"{split}.txt")
+        train = self._read("train.txt")
+        n = self.heldout_size()
+        if split == "train":
+            if n >= len(train):
+                raise task_lib.TaskDataError(
+                    f"task {self.name}: holding out heldout_dev_sentences={n} sentences as the "
+                    f"dev set leaves none of the {len(train)} in train.txt to train on")
+            if n:
+                self._log_holdout(train, n)
+            return train[:len(train) - n]
+        if n <= 0:
+            raise task_lib.TaskDataError(
+                f"task {self.name}: {self.data_dir()} has no dev.txt and heldout_dev_sentences is "
+                f"{n}; add a dev.txt or hold out some training sentences")
+        n = min(n, len(train) - 1)
+        self._log_holdout(train, n)
+        return train[len(train) - n:]
+
+    def _log_holdout(self, train: list[ConllSentence], n: int) -> None:
+        if self._logged_holdout:
+            return
+        self._logged_holdout = True
+        heldout = train[len(train) - n:]
+        log.warning("task %s: no dev.txt in %s (CoNLL-2000 has no official dev set); the last %d "
+                    "of %d train.txt sentences (%d words, from %s) are held out of training and "
+                    "used as the dev set (hparam heldout_dev_sentences)", self.name,
+                    self.data_dir(), n, len(train), sum(len(s.words) for s in heldout),
+                    heldout[0].source)
+
+    def get_examples(self, split: str) -> list[TaggingExample]:
+        if split not in self._examples:
+            sentences = self._split_sentences(split)
+            limit = self.max_examples(split)
+            if limit is not None:
+                sentences = sentences[:limit]
+            examples = []
+            for eid, s in enumerate(sentences):
+                chunks = tagging_metrics.get_chunks(s.tags)
+                labels = tagging_metrics.chunks_to_tags(chunks, len(s.words), LABEL_ENCODING)
+                examples.append(TaggingExample(task_name=self.name, eid=eid, source=s.source,
+                                               words=s.words, tags=s.tags, labels=labels))
+            log.info("%s %s: %d sentences, %d words", self.name, split, len(examples),
+                     sum(len(e.words) for e in examples))
+            self._examples[split] = examples
+        return self._examples[split]
+
+    def cache_key(self) -> dict[str, Any]:
+        return {"labels": self.label_list, "encoding": LABEL_ENCODING,
+                "heldout_dev_sentences": self.heldout_size(), "windows": "half-overlap-v1"}
+
+    # -- featurizing ----------------------------------------------------------------------------
+
+    def word_piece_ids(self, words: Sequence[str]) -> list[list[int]]:
+        """Token ids of each word, at least one (an empty result becomes [UNK]) and at most
+        max_seq_length - 2 (a longer word keeps its first pieces; its label sits on the first)."""
+        budget = self.config.max_seq_length - 2
+        tok = self._tokenizer
+        return [(tok.convert_tokens_to_ids(tok.tokenize(w)) or [tok.unk_id])[:budget]
+                for w in words]
+
+    def featurize(self, example: TaggingExample, is_training: bool, log_example: bool = False):
+        """One feature dict per window of the sentence (usually one)."""
+        max_len = self.config.max_seq_length
+        tok = self._tokenizer
+        pieces = self.word_piece_ids(example.words)
+        windows = plan_windows([len(p) for p in pieces], max_len - 2)
+        features_list = []
+        for window in windows:
+            input_ids = [tok.cls_id]
+            positions, labels, mask = [], [], []
+            for w in range(window.start, window.end):
+                positions.append(len(input_ids))
+                labels.append(self._label_ids[example.labels[w]])
+                mask.append(1.0 if w in window.owned else 0.0)
+                input_ids += pieces[w]
+            input_ids.append(tok.sep_id)
+            n_tokens, n_slots = len(input_ids), len(positions)
+            features = {
+                "input_ids": input_ids + [tok.pad_id] * (max_len - n_tokens),
+                "input_mask": [1] * n_tokens + [0] * (max_len - n_tokens),
+                "segment_ids": [SEGMENT_ID] * n_tokens + [0] * (max_len - n_tokens),
+                "task_id": self.task_id(),
+                f"{self.name}_eid": example.eid,
+                f"{self.name}_first_word": window.start,
+                f"{self.name}_labels": labels + [0] * (max_len - n_slots),
+                f"{self.name}_labels_mask": mask + [0.0] * (max_len - n_slots),
+                f"{self.name}_labeled_positions": positions + [0] * (max_len - n_slots),
+            }
+            features_list.append(features)
+        if log_example:
+            window, features = windows[0], features_list[0]
+            tokens = tok.convert_ids_to_tokens(features["input_ids"][:sum(features["input_mask"])])
+            log.info("%s example %s (%s): %d word(s) in %d window(s)\n  tokens: %s\n"
+                     "  labels: %s", self.name, example.eid, example.source, len(example.words),
+                     len(windows), " ".join(tokens),
+                     " ".join(f"{example.words[w]}/{example.labels[w]}"
+                              for w in range(window.start, window.end)))
+        return features_list
+
+    def get_feature_specs(self) -> list[feature_spec.FeatureSpec]:
+        length = [self.config.max_seq_length]
+        return [
+            feature_spec.FeatureSpec(f"{self.name}_eid", []),
+            feature_spec.FeatureSpec(f"{self.name}_first_word", []),
+            feature_spec.FeatureSpec(f"{self.name}_labels", length),
+            feature_spec.FeatureSpec(f"{self.name}_labels_mask", length, is_int_feature=False),
+            feature_spec.FeatureSpec(f"{self.name}_labeled_positions", length),
+        ]
+
+    # -- scoring and outputs --------------------------------------------------------------------
+
+    def get_scorer(self, split: str = "dev") -> tagging_metrics.ChunkF1Scorer:
+        sentences = [tagging_metrics.TaggedSentence(e.eid, e.words, e.tags, e.source)
+                     for e in self.get_examples(split)]
+        return tagging_metrics.ChunkF1Scorer(sentences, self.label_list)
+
+    def _write_outputs(self, scorer: tagging_metrics.ChunkF1Scorer, prefix: str) -> list[str]:
+        """<prefix>_predictions.txt ("word gold predicted", conlleval's input) and
+        <prefix>_conlleval.txt (what conlleval prints for it)."""
+        predictions, report = prefix + "_predictions.txt", prefix + "_conlleval.txt"
+        io_utils.write_text(predictions, scorer.conll_text())
+        io_utils.write_text(report, scorer.counts().report())
+        return [predictions, report]
+
+    def write_eval_outputs(self, scorer, split: str, trial: int) -> list[str]:
+        """The dev predictions of a trial, next to the results files."""
+        directory = os.path.dirname(self.config.results_txt)
+        return self._write_outputs(scorer, os.path.join(directory,
+                                                        f"{self.name}_{split}_trial{trial}"))
+
+    def write_test_predictions(self, outputs, split, output_dir):
+        scorer = self.get_scorer(split)
+        for row in outputs:
+            scorer.update(row)
+        return self._write_outputs(scorer, os.path.join(output_dir, f"{self.name}_{split}"))
+
+    # -- model ----------------------------------------------------------------------------------
+
+    def create_head(self, bert_config: modeling.BertConfig, seed: int = 0) -> heads.TaskHead:
+        return TokenClassificationHead(self.name, bert_config, len(self.label_list), seed)
+
+
+class Chunking(TaggingTask):
+    """CoNLL-2000 text chunking."""
+    chunk_types = CONLL2000_CHUNK_TYPES
+
+    def __init__(self, config: configure_finetuning.FinetuningConfig, tokenizer):
+        super().__init__(config, "chunk", tokenizer)
