@@ -330,6 +330,9 @@ class ModelRunner:
         for row in self.predict(task, split):
             scorer.update(row)
         log.info("trial %d %s %s: %s", self.trial, task.name, split, scorer.results_str())
+        if self.is_chief:  # e.g. per-word predictions, next to the results files
+            for path in task.write_eval_outputs(scorer, split, self.trial):
+                log.info("wrote %s", path)
         return {k: float(v) for k, v in scorer.get_results()}
 
     def evaluate(self) -> dict[str, dict[str, float]]:
