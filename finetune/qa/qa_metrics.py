@@ -248,6 +248,6 @@ class SpanBasedQAScorer(scorer_lib.Scorer):
         results = official_metrics(self._task.name, self._v2, self._task.is_mrqa, examples,
                                    predictions, null_odds, self._config.qa_na_threshold)
         io_utils.write_json(paths["eval"], results)
-        log.info("%s %s: predictions, null odds and metrics written to %s", self._task.name,
-                 self._split, os.path.dirname(paths["eval"]))
+        log.info("%s %s: wrote %s", self._task.name, self._split, ", ".join(
+            paths[k] for k in ("preds", "null_odds", "eval") if k != "null_odds" or self._v2))
         return sorted((k, float(v)) for k, v in results.items())
