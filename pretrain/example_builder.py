@@ -218,6 +218,8 @@ def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None 
     rng = random.Random(f"{task.seed}:{task.group}:examples")
     shuffle_rng = random.Random(f"{task.seed}:{task.group}:shuffle")
     builder = ExampleBuilder(task.max_seq_length, tokenizer.cls_id, tokenizer.sep_id, rng)
+    # Tokenizer ids lie in [0, vocab_size): the serializer may skip its range check.
+    check_ids = len(tokenizer.vocab) - 1 > pretrain_data.MAX_FAST_ID
     units = list(task.units)
     rng.shuffle(units)  # like the official script, which shuffles its file list
 
@@ -243,7 +245,7 @@ def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None 
         writer = writers.get(shard)
         if writer is not None:
             writer.write(pretrain_data.serialize_unpadded(
-                example.tokens, example.num_first, task.max_seq_length))
+                example.tokens, example.num_first, task.max_seq_length, check_ids))
 
     def emit(example: Example | None) -> None:
         if example is None:

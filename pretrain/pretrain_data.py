@@ -17,6 +17,7 @@ A dataset directory also holds metadata.json (written by build_pretraining_datas
 held-out evaluation shards are listed by basename under "eval_files", and the trainer must not
 train on them. `split_files(data_dir)` returns the two lists.
 """
+import functools
 import json
 import os
 from typing import Sequence
@@ -94,28 +95,47 @@ def serialize_example(input_ids: Sequence[int], input_mask: Sequence[int],
     return _length_delimited(1, features)                            # Example.features
 
 
-def serialize_unpadded(tokens: Sequence[int], num_first: int, max_seq_length: int) -> bytes:
+# Largest id the builder may pass to serialize_unpadded(..., checked=False).
+MAX_FAST_ID = len(_VARINTS) - 1
+
+
+@functools.lru_cache(maxsize=16)
+def _fixed_prefixes(max_seq_length: int) -> tuple[bytes, bytes, bytes]:
+    """Byte prefixes that do not depend on the example: the input_ids map-entry key, and the
+    whole headers of input_mask and segment_ids, whose payloads are always L one-byte varints."""
+    def header(name: bytes) -> bytes:
+        entry = _length_delimited(1, _length_delimited(1, name) + _length_delimited(
+            2, _length_delimited(3, _length_delimited(1, bytes(max_seq_length)))))
+        return entry[:-max_seq_length]
+    return _length_delimited(1, b"input_ids"), header(b"input_mask"), header(b"segment_ids")
+
+
+def serialize_unpadded(tokens: Sequence[int], num_first: int, max_seq_length: int,
+                       checked: bool = True) -> bytes:
     """Fast path of serialize_example for the builder: the same bytes from the unpadded ids.
 
     Args:
-      tokens: [CLS] A [SEP] (B [SEP]) as ids, at most max_seq_length of them, all >= 0.
+      tokens: [CLS] A [SEP] (B [SEP]) as ids, at most max_seq_length of them.
       num_first: len([CLS] A [SEP]); positions after it up to len(tokens) get segment id 1.
       max_seq_length: padded length L.
+      checked: False skips the id-range check; only for ids known to be in [0, MAX_FAST_ID].
     """
     n, pad = len(tokens), max_seq_length - len(tokens)
     if pad < 0 or not 0 <= num_first <= n:
         raise ValueError(f"{n} tokens with num_first={num_first} do not fit max_seq_length "
                          f"{max_seq_length}")
-    zeros = b"\x00" * pad
-    if max(tokens, default=0) < len(_VARINTS) and min(tokens, default=0) >= 0:
-        ids = b"".join([_VARINTS[v] for v in tokens]) + zeros
+    zeros = bytes(pad)
+    if not checked or (max(tokens, default=0) <= MAX_FAST_ID and min(tokens, default=0) >= 0):
+        ids = b"".join(map(_VARINTS.__getitem__, tokens)) + zeros
     else:
         ids = _packed_varints(list(tokens)) + zeros
-    mask = b"\x01" * n + zeros
-    segments = b"\x00" * num_first + b"\x01" * (n - num_first) + zeros
-    features = b"".join(_length_delimited(1, _length_delimited(1, key) + _length_delimited(
-        2, _length_delimited(3, _length_delimited(1, payload))))
-        for key, payload in ((b"input_ids", ids), (b"input_mask", mask), (b"segment_ids", segments)))
+    ids_key, mask_header, segments_header = _fixed_prefixes(max_seq_length)
+    ids_entry = _length_delimited(1, ids_key + _length_delimited(
+        2, _length_delimited(3, _length_delimited(1, ids))))
+    features = b"".join((
+        ids_entry,
+        mask_header, b"\x01" * n, zeros,
+        segments_header, bytes(num_first), b"\x01" * (n - num_first), zeros))
     return _length_delimited(1, features)
 
 
