@@ -14,6 +14,7 @@ Examples:
 """
 import argparse
 import sys
+import textwrap
 
 from pretrain import corpus, dataset_builder
 
@@ -31,9 +32,15 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps flags like --no-lower-case in one piece when wrapping help text."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument(
         "--corpus-dir", required=True,
         help="Directory tree of raw text: UTF-8 files with one sentence or paragraph per line and "
@@ -78,20 +85,23 @@ def make_parser() -> argparse.ArgumentParser:
              "Example: --blanks-separate-docs false")
     parser.add_argument(
         "--no-blanks-separate-docs", dest="blanks_separate_docs", action="store_false",
-        help="Same as --blanks-separate-docs false.")
+        help="Same as --blanks-separate-docs false. Example: --no-blanks-separate-docs")
     parser.add_argument(
         "--do-lower-case", dest="do_lower_case", action="store_true", default=None,
-        help="Lower-case the text (default for WordPiece, matching the uncased vocab).")
+        help="Lower-case the text (default for WordPiece, matching the uncased vocab). "
+             "Example: --spm-model m.model --do-lower-case")
     parser.add_argument(
         "--no-lower-case", dest="do_lower_case", action="store_false",
-        help="Keep case (default for SentencePiece; use with cased WordPiece vocabularies).")
+        help="Keep case (default for SentencePiece; use with cased WordPiece vocabularies). "
+             "Example: --vocab-file cased-vocab.txt --no-lower-case")
     parser.add_argument(
         "--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
         default=None,
-        help="Remove accents (WordPiece only). Default: follow the lower-casing setting, as BERT.")
+        help="Remove accents (WordPiece only). Default: follow the lower-casing setting, as BERT. "
+             "Example: --no-lower-case --strip-accents")
     parser.add_argument(
         "--no-strip-accents", dest="strip_accents", action="store_false",
-        help="Keep accents even when lower-casing (WordPiece only).")
+        help="Keep accents even when lower-casing (WordPiece only). Example: --no-strip-accents")
     parser.add_argument(
         "--eval-fraction", type=float, default=0.02,
         help="Share of the corpus (whole files or document ranges) held out in separate shards "
@@ -103,11 +113,12 @@ def make_parser() -> argparse.ArgumentParser:
              "(default 12345). Example: --seed 1")
     parser.add_argument(
         "--skip-bad-files", action="store_true",
-        help="Skip (and count in metadata.json) files that are not UTF-8 or cannot be "
-             "decompressed, instead of stopping at the first one.")
+        help="Skip (and list in metadata.json) files that are not UTF-8 or cannot be "
+             "decompressed, instead of stopping at the first one; each file is checked by a fast "
+             "decode pass before use. Example: --skip-bad-files")
     parser.add_argument(
         "--no-progress", dest="show_progress", action="store_false",
-        help="No progress bar (the summary line is still printed).")
+        help="No progress bar (the summary line is still printed). Example: --no-progress")
     return parser
 
 
