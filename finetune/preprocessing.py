@@ -137,12 +137,17 @@ class Preprocessor:
             "tokenizer": "sentencepiece" if (c.vocab_file or "").endswith(".model") else "wordpiece",
             "do_lower_case": c.do_lower_case,
             "max_seq_length": c.max_seq_length,
-            "batch_size": self._batch_size(is_training),
+            "batch_size": self._batch_size(split, is_training),
             "shuffle_seed": c.seed if is_training else None,
         }
 
-    def _batch_size(self, is_training: bool) -> int:
-        return self._config.train_batch_size if is_training else self._config.eval_batch_size
+    def _batch_size(self, split: str, is_training: bool) -> int:
+        """train_batch_size; predict_batch_size for test splits; eval_batch_size otherwise."""
+        if is_training:
+            return self._config.train_batch_size
+        if split.startswith("test") or split == "diagnostic":
+            return self._config.predict_batch_size
+        return self._config.eval_batch_size
 
     def _prepare(self, tasks, split, is_training) -> PreparedData:
         key = self.cache_key(tasks, split, is_training)
@@ -150,7 +155,7 @@ class Preprocessor:
         name = "_".join(sorted(t.name for t in tasks)) + f"_{split}_{digest}"
         prefix = os.path.join(self._config.preprocessed_data_dir, name)
         record_path, metadata_path = prefix + ".tfrecord", prefix + ".metadata.json"
-        batch_size = self._batch_size(is_training)
+        batch_size = self._batch_size(split, is_training)
         if self._config.use_tfrecords_if_existing and os.path.exists(metadata_path) and \
                 os.path.exists(record_path):
             metadata = io_utils.read_json(metadata_path)

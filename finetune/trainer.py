@@ -75,8 +75,10 @@ class ModelRunner:
         self.use_xla = distribution.default_use_xla(config.use_xla)
         self.train_data = None
         self.train_steps = 0
+        for key in ("eval_batch_size", "predict_batch_size") + (
+                ("train_batch_size",) if config.do_train else ()):
+            distribution.per_replica_batch_size(getattr(config, key), self.strategy, key=key)
         if config.do_train:
-            distribution.per_replica_batch_size(config.train_batch_size, self.strategy)
             self.train_data = preprocessor.prepare_train()
             # As the official release: whole epochs of the padded set, epochs may be fractional.
             self.train_steps = max(1, int(self.train_data.steps_per_epoch *

@@ -249,7 +249,8 @@ def test_bad_regression_score_is_reported(glue):
 def test_unknown_task_lists_known_ones(tmp_path):
     config = make_config(tmp_path, ["sst"])
     config.task_names = ["sst2"]
-    with pytest.raises(ValueError, match="Unknown task 'sst2'; known tasks: cola, mnli"):
+    with pytest.raises(ValueError,
+                       match=r"Unknown task 'sst2'; known tasks: .*cola, .*sst, sts"):
         task_builder.get_tasks(config)
 
 
