@@ -1,0 +1,366 @@
+"""Exports a model to Hugging Face files or a TF SavedModel, and imports Hugging Face ELECTRA weights.
+
+Export (the model dir is a pre-training dir, a fine-tuning trial dir, or an official release dir):
+
+    # pre-trained discriminator -> ElectraForPreTraining (default for pre-training dirs)
+    python export_model.py --model-dir DATA/models/small --format huggingface --output hf_disc
+    # its generator -> ElectraForMaskedLM
+    python export_model.py --model-dir DATA/models/small --format huggingface --model generator \\
+        --output hf_gen
+    # a fine-tuned GLUE trial -> ElectraForSequenceClassification (default for trial dirs)
+    python export_model.py --model-dir DATA/models/small/finetuning_models/sst_model_1 \\
+        --format huggingface --output hf_sst
+    # the same trial -> SavedModel with a serving signature on input_ids, input_mask, segment_ids
+    python export_model.py --model-dir DATA/models/small/finetuning_models/sst_model_1 \\
+        --format saved_model --output sst_savedmodel
+
+Import (Hugging Face directory with config.json + model.safetensors -> a model dir that
+run_finetuning.py can start from, with bert_config.json, vocab.txt and a checkpoint):
+
+    python export_model.py --import-dir electra-small-discriminator --format huggingface \\
+        --output DATA/models/hf_small [--import-generator electra-small-generator]
+    python run_finetuning.py --data-dir DATA --model-name hf_small --hparams '{"task_names": ["sst"]}'
+
+Hugging Face files: config.json (ElectraConfig keys; hidden_act "gelu_new", the tanh GELU this
+code computes), model.safetensors (HF names, linear weights [out, in]), vocab.txt,
+tokenizer_config.json and special_tokens_map.json. How each variable maps, and how the official
+one-layer classifier head maps onto ElectraClassificationHead: model/hf_conversion.py.
+Outputs are written to a temporary directory next to --output and renamed into place.
+"""
+import argparse
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from model import hf_conversion as hf
+from model import model_dir as model_dir_lib
+from model import tokenization
+from util import checkpoint, io_utils
+
+log = logging.getLogger("export_model")
+
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+HF_CONFIG_FILE = "config.json"
+
+
+# -- atomic output ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path: str, overwrite: bool = False):
+    """Yields a temporary directory beside `path`, renamed to `path` when the block succeeds."""
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not overwrite:
+        raise ValueError(f"output {path} already exists; pass --overwrite to replace it")
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if os.path.exists(path):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
+        os.replace(path, os.path.join(old, "x"))
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+
+
+# -- Hugging Face export ----------------------------------------------------------------------
+
+
+def _tokenizer_files(directory: str, vocab_file: str, do_lower_case: bool,
+                     max_length: int) -> None:
+    vocab = tokenization.load_vocab(vocab_file)
+    missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in vocab]
+    if missing:
+        raise ValueError(f"vocabulary {vocab_file} lacks {missing}; a Hugging Face ElectraTokenizer "
+                         "needs the BERT special tokens")
+    shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
+    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+               "cls_token": "[CLS]", "mask_token": "[MASK]"}
+    io_utils.write_json(os.path.join(directory, "tokenizer_config.json"), dict(
+        special, tokenizer_class="ElectraTokenizer", do_lower_case=do_lower_case,
+        do_basic_tokenize=True, tokenize_chinese_chars=True, strip_accents=None,
+        model_max_length=max_length))
+    io_utils.write_json(os.path.join(directory, "special_tokens_map.json"), special)
+
+
+def _task_labels(md: model_dir_lib.ModelDir, task: str, num_outputs: int) -> list[str]:
+    """Label names of a fine-tuned task (from its Task class), else LABEL_i."""
+    from finetune import serving  # a trial's tasks need the fine-tuning code
+    try:
+        _, tasks, _ = serving.load_finetuned(md)
+    except ValueError as e:
+        log.warning("label names unavailable (%s); using LABEL_i", e)
+        tasks = []
+    for t in tasks:
+        if t.name == task:
+            if hasattr(t, "label_list"):
+                return list(t.label_list)
+            if num_outputs == 1:
+                return [task]  # regression: one output
+    return [f"LABEL_{i}" for i in range(num_outputs)]
+
+
+def _pick_task(tensors: dict, task: str | None) -> str:
+    heads = sorted({n.split("/")[1] for n in tensors if n.startswith("task_specific/")})
+    if task is None:
+        if len(heads) != 1:
+            raise ValueError(f"the checkpoint has task heads {heads or 'none'}; pass --task to "
+                             "choose the one to export")
+        return heads[0]
+    if task not in heads:
+        raise ValueError(f"no head for task {task!r}; the checkpoint has {heads or 'none'}")
+    return task
+
+
+def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None = None,
+                       task: str | None = None, overwrite: bool = False) -> dict[str, tuple]:
+    """Writes `md` as a Hugging Face ELECTRA directory; returns {HF name: shape}."""
+    from safetensors import numpy as st_numpy
+
+    kind = kind or ("classifier" if md.kind == "finetuned" else "discriminator")
+    tensors = checkpoint.read_all(md.checkpoint)
+    metadata = {"format": "pt"}  # transformers refuses safetensors files without it
+    labels = None
+    config = md.bert_config
+    if kind == "discriminator":
+        if "discriminator_predictions/dense_1/kernel" not in tensors:
+            raise ValueError(f"{md.checkpoint} has no discriminator head (an MLM-only or "
+                             "fine-tuned model?); try --model generator or classifier")
+        weights = hf.discriminator_to_hf(tensors, config)
+    elif kind == "generator":
+        config = md.generator_config
+        if config is None:
+            raise ValueError(f"{md.path} has no generator ({model_dir_lib.GENERATOR_CONFIG_FILE} "
+                             "missing and no generator/ variables)")
+        weights = hf.generator_to_hf(tensors, config)
+    elif kind == "classifier":
+        task = _pick_task(tensors, task)
+        weights, head_metadata = hf.classifier_to_hf(tensors, config, task)
+        metadata.update(head_metadata)
+        labels = _task_labels(md, task, int(tensors[f"task_specific/{task}/dense/kernel"].shape[1]))
+    else:
+        raise ValueError(f"unknown --model {kind!r}; expected discriminator, generator or classifier")
+    expected = hf.expected_hf_shapes(config, kind, len(labels or []))
+    got = {n: tuple(v.shape) for n, v in weights.items()}
+    if got != expected:  # a mapping bug, never user error: refuse to write a broken export
+        diff = sorted(set(got.items()) ^ set(expected.items()))[:5]
+        raise RuntimeError(f"exported parameters differ from the ElectraConfig layout: {diff}")
+    if md.vocab_file is None:
+        raise ValueError(f"no vocab.txt in {md.path}; pass --vocab-file")
+    pad_id = tokenization.load_vocab(md.vocab_file).get("[PAD]", 0)
+    values = hf.hf_config(config, kind, pad_token_id=pad_id, labels=labels, task_name=task)
+    with atomic_output_dir(output, overwrite) as tmp:
+        st_numpy.save_file({n: np.ascontiguousarray(v, np.float32) for n, v in weights.items()},
+                           os.path.join(tmp, SAFETENSORS_FILE), metadata=metadata)
+        io_utils.write_json(os.path.join(tmp, HF_CONFIG_FILE), values)
+        _tokenizer_files(tmp, md.vocab_file, md.do_lower_case, config.max_position_embeddings)
+    log.info("wrote %s (%s, %d parameters tensors, %d values) from %s", output,
+             hf.ARCHITECTURES[kind], len(weights), sum(v.size for v in weights.values()),
+             md.checkpoint)
+    return got
+
+
+# -- SavedModel export ------------------------------------------------------------------------
+
+
+def export_saved_model(md: model_dir_lib.ModelDir, output: str, overwrite: bool = False) -> None:
+    """A fine-tuning trial as a SavedModel; signature documented in finetune/serving.py."""
+    import tensorflow as tf
+
+    from finetune import serving
+
+    config, tasks, model = serving.load_finetuned(md)
+    module = serving.ServingModule(model, tasks, config.max_seq_length)
+    with atomic_output_dir(output, overwrite) as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+    log.info("wrote SavedModel %s (tasks %s; signature serving_default(input_ids, input_mask, "
+             "segment_ids: int32 [batch, seq_len]))", output, ",".join(t.name for t in tasks))
+
+
+# -- Hugging Face import ----------------------------------------------------------------------
+
+
+def read_safetensors(directory: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """All tensors (numpy) and the metadata of model.safetensors (or its shards)."""
+    from safetensors import numpy as st_numpy
+    from safetensors import safe_open
+
+    index = os.path.join(directory, SAFETENSORS_INDEX)
+    if os.path.isfile(index):
+        files = sorted(set(io_utils.read_json(index).get("weight_map", {}).values()))
+    elif os.path.isfile(os.path.join(directory, SAFETENSORS_FILE)):
+        files = [SAFETENSORS_FILE]
+    else:
+        present = sorted(os.listdir(directory))
+        hint = (" (pytorch_model.bin is a pickle, which this project never loads; re-save "
+                "with save_pretrained(..., safe_serialization=True))"
+                if "pytorch_model.bin" in present else "")
+        raise ValueError(f"{directory} has no {SAFETENSORS_FILE}{hint}; it holds: "
+                         f"{', '.join(present) or 'nothing'}")
+    tensors: dict[str, np.ndarray] = {}
+    metadata: dict[str, str] = {}
+    for name in files:
+        path = os.path.join(directory, name)
+        try:
+            tensors.update(st_numpy.load_file(path))
+            with safe_open(path, framework="numpy") as f:
+                metadata.update(f.metadata() or {})
+        except (TypeError, ValueError) as e:  # e.g. bfloat16, which numpy cannot hold
+            raise ValueError(f"{path}: cannot read as numpy ({e}); save the model in float32 "
+                             "or float16") from None
+    return tensors, metadata
+
+
+def _read_hf_dir(directory: str):
+    config_file = os.path.join(directory, HF_CONFIG_FILE)
+    if not os.path.isfile(config_file):
+        raise ValueError(f"{directory} has no {HF_CONFIG_FILE}")
+    values = io_utils.read_json(config_file)
+    architectures = values.get("architectures") or []
+    kinds = [hf.KIND_OF_ARCHITECTURE[a] for a in architectures if a in hf.KIND_OF_ARCHITECTURE]
+    if not kinds:
+        raise ValueError(f"{config_file}: architectures {architectures} include none of "
+                         f"{sorted(hf.KIND_OF_ARCHITECTURE)}")
+    config, notes = hf.bert_config_from_hf(values, where=config_file)
+    tensors, metadata = read_safetensors(directory)
+    return kinds[0], config, values, tensors, metadata, notes
+
+
+def _same_embeddings(a: dict, b: dict) -> bool:
+    names = [n for n in a if n.startswith("electra/embeddings/")]
+    return all(n in b and a[n].shape == b[n].shape and np.array_equal(a[n], b[n]) for n in names)
+
+
+def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = None,
+                       task: str | None = None, overwrite: bool = False) -> dict[str, np.ndarray]:
+    """Writes an HF ELECTRA model (and optionally its generator) as one of our model dirs."""
+    kind, config, values, hf_tensors, metadata, notes = _read_hf_dir(hf_dir)
+    gen_config = None
+    if kind == "generator":
+        if generator_dir:
+            raise ValueError("--import-dir is itself a generator (ElectraForMaskedLM); give the "
+                             "discriminator there and the generator with --import-generator")
+        # A generator alone keeps its own embeddings (generator/embeddings).
+        imported = hf.from_hf(hf_tensors, config, "generator", scope="generator")
+        tensors, unused = dict(imported.tensors), list(imported.unused)
+        gen_config, config = config, None
+        notes += imported.notes
+    else:
+        imported = hf.from_hf(hf_tensors, config, kind, metadata=metadata,
+                              task_name=task or values.get("finetuning_task"))
+        tensors, unused = dict(imported.tensors), list(imported.unused)
+        notes += imported.notes
+    if generator_dir:
+        gen_kind, gen_config, _, gen_hf, _, gen_notes = _read_hf_dir(generator_dir)
+        if gen_kind != "generator":
+            raise ValueError(f"{generator_dir} is not an ElectraForMaskedLM (architectures say "
+                             f"{gen_kind})")
+        gen = hf.from_hf(gen_hf, gen_config, "generator", scope="generator")
+        gen_tensors = {n.replace("generator/embeddings/", "electra/embeddings/"): v
+                       for n, v in gen.tensors.items()}
+        if _same_embeddings(gen_tensors, tensors):
+            # Tied, as in the official model: one table under electra/embeddings.
+            gen_tensors = {n: v for n, v in gen_tensors.items()
+                           if not n.startswith("electra/embeddings/")}
+            notes.append("generator and discriminator embeddings are identical: imported tied")
+        else:
+            gen_tensors = gen.tensors
+            notes.append("generator embeddings differ from the discriminator's: imported untied "
+                         "(generator/embeddings)")
+        tensors.update(gen_tensors)
+        unused += [f"generator: {n}" for n in gen.unused]
+        notes += gen_notes + gen.notes
+    vocab = os.path.join(hf_dir, "vocab.txt")
+    with atomic_output_dir(output, overwrite) as tmp:
+        if config is not None:
+            io_utils.write_text(os.path.join(tmp, model_dir_lib.BERT_CONFIG_FILE),
+                                config.to_json_string() + "\n")
+        if gen_config is not None:
+            io_utils.write_text(os.path.join(tmp, model_dir_lib.GENERATOR_CONFIG_FILE),
+                                gen_config.to_json_string() + "\n")
+        if os.path.isfile(vocab):
+            shutil.copyfile(vocab, os.path.join(tmp, model_dir_lib.VOCAB_FILE))
+        else:
+            notes.append(f"no vocab.txt in {hf_dir}: copy the WordPiece vocabulary into the "
+                         "model dir before fine-tuning")
+        checkpoint.CheckpointManager(tmp).save(tensors, 0)
+    for note in notes:
+        log.info("note: %s", note)
+    if unused:
+        log.info("ignored %d Hugging Face tensors: %s", len(unused), ", ".join(unused[:10]))
+    log.info("wrote %s: %d variables from %s", output, len(tensors), hf_dir)
+    if config is not None:
+        overrides = {k: v for k, v in config.to_dict().items()
+                     if k not in ("vocab_size", "embedding_size")}
+        log.info("fine-tune it with hparams {\"vocab_size\": %d, \"embedding_size\": %d, "
+                 "\"model_hparam_overrides\": %s, ...}", config.vocab_size, config.embedding_size,
+                 json.dumps(overrides, sort_keys=True))
+    return tensors
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model-dir", help="model to export: a pre-training dir, a fine-tuning "
+                                            "trial dir or an official release dir")
+    source.add_argument("--import-dir", help="Hugging Face ELECTRA directory to import "
+                                             "(config.json + model.safetensors)")
+    parser.add_argument("--format", required=True, choices=["huggingface", "saved_model"],
+                        help="huggingface (export or import) or saved_model (export only)")
+    parser.add_argument("--output", required=True, help="directory to write (must not exist "
+                                                        "unless --overwrite)")
+    parser.add_argument("--model", choices=["discriminator", "generator", "classifier"],
+                        help="what to export to Hugging Face (default: classifier for trial dirs, "
+                             "else discriminator)")
+    parser.add_argument("--task", help="task head to export or import (default: the only one)")
+    parser.add_argument("--checkpoint", help="checkpoint prefix (default: newest in --model-dir)")
+    parser.add_argument("--vocab-file", help="vocabulary (default: the model dir's vocab.txt)")
+    parser.add_argument("--import-generator", help="with --import-dir: the matching "
+                                                   "ElectraForMaskedLM directory")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    try:
+        if args.import_dir:
+            if args.format != "huggingface":
+                raise ValueError("--import-dir reads Hugging Face directories: use --format "
+                                 "huggingface")
+            import_huggingface(args.import_dir, args.output, args.import_generator, args.task,
+                               args.overwrite)
+            return 0
+        md = model_dir_lib.read_model_dir(args.model_dir, args.checkpoint, args.vocab_file)
+        for note in md.notes:
+            log.info("note: %s", note)
+        if args.format == "huggingface":
+            export_huggingface(md, args.output, args.model, args.task, args.overwrite)
+        else:
+            if args.model not in (None, "classifier"):
+                raise ValueError("--format saved_model exports fine-tuned models only")
+            export_saved_model(md, args.output, args.overwrite)
+    except (ValueError, FileNotFoundError) as e:
+        log.error("%s", e)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

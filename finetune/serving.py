@@ -1,0 +1,104 @@
+"""A fine-tuned model for serving: rebuilt from a trial directory, with a SavedModel signature.
+
+The serving signature (`serving_default`, also the module's `serve` function):
+
+  inputs   input_ids    int32 [batch, seq_len]   WordPiece ids: [CLS] a [SEP] (b [SEP]) + padding
+           input_mask   int32 [batch, seq_len]   1 for real tokens, 0 for padding
+           segment_ids  int32 [batch, seq_len]   0 for the first segment, 1 for the second
+  outputs  each task head's outputs except its loss, example ids and label echoes, plus
+           `probabilities` (softmax over the last axis) wherever a head has `logits`. With one
+           task the keys are bare (`logits`, `probabilities`, `predictions`); with several they
+           are `<task>_<output>`. A GLUE classifier gives logits/probabilities float32
+           [batch, num_labels] and predictions int32 [batch]; a regression task (STS-B)
+           predictions float32 [batch] on the training scale (score / 5).
+
+seq_len may be anything up to the model's max_position_embeddings (fine-tuning used
+max_seq_length). Task features other than the three inputs only feed the losses; the signature
+fills them with zeros.
+"""
+import logging
+from typing import Sequence
+
+import tensorflow as tf
+
+import configure_finetuning
+from finetune import finetuning_model
+from finetune import task as task_lib
+from finetune import task_builder
+from model import model_dir as model_dir_lib
+from model import tokenization
+from util import checkpoint
+
+log = logging.getLogger(__name__)
+
+INPUTS = ("input_ids", "input_mask", "segment_ids")
+# Head outputs that only make sense with labels.
+DROPPED_OUTPUTS = ("loss", "eid")
+
+
+def load_finetuned(md: model_dir_lib.ModelDir):
+    """(config, tasks, model with the trial's weights) for a fine-tuning trial directory.
+
+    Raises:
+      ValueError: not a trial directory, no vocabulary, or weights that do not fit.
+    """
+    if md.kind != "finetuned":
+        raise ValueError(f"{md.path} is not a fine-tuning trial directory (no "
+                         f"{model_dir_lib.FINETUNE_CONFIG_FILE})")
+    if md.vocab_file is None:
+        raise ValueError(f"no vocab.txt found for {md.path} (looked in it and in the pre-trained "
+                         "model dir two levels up); pass --vocab-file")
+    settings = dict(md.settings)
+    settings.update(vocab_file=md.vocab_file, init_checkpoint="", do_train=False)
+    config = configure_finetuning.FinetuningConfig.from_hparams(
+        settings.get("model_name", "exported"), settings.get("data_dir", md.path), settings)
+    tokenizer = tokenization.build_tokenizer(vocab_file=md.vocab_file,
+                                             do_lower_case=config.do_lower_case)
+    tasks = task_builder.get_tasks(config, tokenizer)
+    model = finetuning_model.FinetuningModel(config, tasks, bert_config=md.bert_config)
+    report = checkpoint.restore(checkpoint.by_name(model.variables), md.checkpoint)
+    log.info("restored %d variables from %s (%d others, e.g. optimizer slots, ignored)",
+             len(report.restored), report.path, len(report.unused))
+    return config, tasks, model
+
+
+def _zeros_for(spec, batch_size, seq_len, max_seq_length):
+    dims = [seq_len if d == max_seq_length else d for d in spec.shape]
+    dtype = tf.int32 if spec.is_int_feature else tf.float32
+    return tf.zeros(tf.stack([batch_size] + dims), dtype)
+
+
+class ServingModule(tf.Module):
+    """Wraps a FinetuningModel; `serve(input_ids, input_mask, segment_ids)` -> {name: tensor}."""
+
+    def __init__(self, model: finetuning_model.FinetuningModel, tasks: Sequence[task_lib.Task],
+                 max_seq_length: int):
+        super().__init__(name="electra_serving")
+        self.model = model
+        self._specs = [spec for t in tasks for spec in t.get_feature_specs()]
+        self._task_names = [t.name for t in tasks]
+        self._max_seq_length = max_seq_length
+        spec = tf.TensorSpec([None, None], tf.int32)
+        self.serve = tf.function(self._serve, input_signature=[
+            tf.TensorSpec.from_spec(spec, name=n) for n in INPUTS])
+
+    def _serve(self, input_ids, input_mask, segment_ids):
+        batch_size, seq_len = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+        features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
+                    "task_id": tf.zeros([batch_size], tf.int32)}
+        for spec in self._specs:
+            features[spec.name] = _zeros_for(spec, batch_size, seq_len, self._max_seq_length)
+        _, outputs = self.model(features, training=False)
+        feature_names = {s.name for s in self._specs}
+        result = {}
+        for task in self._task_names:
+            for key, value in outputs[task].items():
+                if key in DROPPED_OUTPUTS or f"{task}_{key}" in feature_names:
+                    continue
+                result[self._key(task, key)] = value
+                if key == "logits":
+                    result[self._key(task, "probabilities")] = tf.nn.softmax(value, axis=-1)
+        return result
+
+    def _key(self, task: str, output: str) -> str:
+        return output if len(self._task_names) == 1 else f"{task}_{output}"

@@ -1,0 +1,133 @@
+"""Reading a model directory: architecture, checkpoint and vocabulary, whoever wrote it.
+
+Three layouts are understood:
+
+- pre-training (run_pretraining.py, or export_model.py's Hugging Face import): bert_config.json,
+  generator_config.json (if there is a generator), pretrain_config.json, vocab.txt, checkpoints;
+- a fine-tuning trial (run_finetuning.py, `<model_dir>_<trial>`): finetune_config.json (its
+  "bert_config" and "training_settings"), checkpoints; the vocabulary sits two levels up, in the
+  pre-trained model dir (`<pretrained>/finetuning_models/<tasks>_model_<trial>`);
+- an official release directory (checkpoint + vocab.txt, no config): the architecture is read
+  off the tensor shapes, with one attention head per 64 hidden units as every released size uses.
+"""
+import dataclasses
+import os
+import re
+
+from model import modeling
+from util import checkpoint, io_utils
+
+BERT_CONFIG_FILE = "bert_config.json"
+GENERATOR_CONFIG_FILE = "generator_config.json"
+PRETRAIN_CONFIG_FILE = "pretrain_config.json"
+FINETUNE_CONFIG_FILE = "finetune_config.json"
+VOCAB_FILE = "vocab.txt"
+
+
+@dataclasses.dataclass
+class ModelDir:
+    path: str
+    kind: str  # "pretrained" or "finetuned"
+    bert_config: modeling.BertConfig  # the discriminator / fine-tuned encoder
+    generator_config: modeling.BertConfig | None
+    checkpoint: str  # prefix of the checkpoint to use
+    vocab_file: str | None
+    do_lower_case: bool
+    settings: dict  # pretrain_config.json, or the fine-tuning "training_settings"
+    notes: list  # what was inferred rather than read
+
+
+def infer_config(shapes: dict[str, list[int]], scope: str = "electra",
+                 emb_scope: str | None = None) -> modeling.BertConfig:
+    """A BertConfig from checkpoint tensor shapes (name -> shape) of the encoder under `scope`.
+
+    Raises:
+      ValueError: the tensors do not hold such an encoder.
+    """
+    emb_scope = emb_scope or scope
+    table = f"{emb_scope}/embeddings/word_embeddings"
+    query = f"{scope}/encoder/layer_0/attention/self/query/kernel"
+    if table not in shapes or query not in shapes:
+        raise ValueError(f"cannot infer the architecture: the checkpoint has no {table} or {query}")
+    layers = {int(m.group(1)) for n in shapes
+              if (m := re.match(rf"{re.escape(scope)}/encoder/layer_(\d+)/", n))}
+    hidden = shapes[query][1]
+    return modeling.BertConfig(
+        vocab_size=shapes[table][0], embedding_size=shapes[table][1], hidden_size=hidden,
+        num_hidden_layers=max(layers) + 1,
+        num_attention_heads=max(1, hidden // 64),
+        intermediate_size=shapes[f"{scope}/encoder/layer_0/intermediate/dense/kernel"][1],
+        max_position_embeddings=shapes[f"{emb_scope}/embeddings/position_embeddings"][0],
+        type_vocab_size=shapes[f"{emb_scope}/embeddings/token_type_embeddings"][0])
+
+
+def checkpoint_shapes(prefix: str) -> dict[str, list[int]]:
+    import tensorflow as tf  # only here: the rest of this module needs no TF
+    return {n: list(s) for n, s in tf.train.list_variables(prefix)}
+
+
+def _find_vocab(path: str, kind: str) -> str | None:
+    candidates = [os.path.join(path, VOCAB_FILE)]
+    if kind == "finetuned":
+        candidates.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))),
+                                       VOCAB_FILE))
+    return next((c for c in candidates if os.path.isfile(c)), None)
+
+
+def read_model_dir(path: str, checkpoint_path: str | None = None,
+                   vocab_file: str | None = None) -> ModelDir:
+    """The architecture, checkpoint and vocabulary of the model in `path`.
+
+    Raises:
+      ValueError: no checkpoint, or no way to know the architecture.
+    """
+    if not os.path.isdir(path):
+        raise ValueError(f"model dir {path} does not exist")
+    try:
+        prefix = checkpoint.resolve(checkpoint_path or path)
+    except FileNotFoundError as e:
+        raise ValueError(f"{e} (pass --checkpoint to pick one)") from None
+    notes: list[str] = []
+    generator_config = None
+    finetune_file = os.path.join(path, FINETUNE_CONFIG_FILE)
+    bert_file = os.path.join(path, BERT_CONFIG_FILE)
+    if os.path.isfile(finetune_file):
+        kind = "finetuned"
+        saved = io_utils.read_json(finetune_file)
+        settings = dict(saved.get("training_settings", {}))
+        if "bert_config" not in saved:
+            raise ValueError(f"{finetune_file}: no 'bert_config' entry")
+        bert_config = modeling.BertConfig.from_dict(saved["bert_config"], where=finetune_file)
+        do_lower_case = bool(settings.get("do_lower_case", True))
+    else:
+        kind = "pretrained"
+        settings_file = os.path.join(path, PRETRAIN_CONFIG_FILE)
+        settings = io_utils.read_json(settings_file) if os.path.isfile(settings_file) else {}
+        do_lower_case = bool(settings.get("do_lower_case", True))
+        shapes = None
+        if os.path.isfile(bert_file):
+            bert_config = modeling.BertConfig.from_json_file(bert_file)
+        else:
+            shapes = checkpoint_shapes(prefix)
+            bert_config = infer_config(shapes)
+            notes.append(f"no {BERT_CONFIG_FILE}: architecture read off the checkpoint shapes "
+                         f"({bert_config.num_hidden_layers} layers, hidden "
+                         f"{bert_config.hidden_size}, {bert_config.num_attention_heads} heads)")
+        gen_file = os.path.join(path, GENERATOR_CONFIG_FILE)
+        if os.path.isfile(gen_file):
+            generator_config = modeling.BertConfig.from_json_file(gen_file)
+        else:
+            shapes = shapes or checkpoint_shapes(prefix)
+            if any(n.startswith("generator/encoder/") for n in shapes):
+                emb = ("generator" if "generator/embeddings/word_embeddings" in shapes
+                       else "electra")
+                generator_config = infer_config(shapes, "generator", emb)
+                notes.append(f"no {GENERATOR_CONFIG_FILE}: generator architecture read off the "
+                             "checkpoint shapes")
+            elif "generator_predictions/output_bias" in shapes:
+                generator_config = bert_config  # the discriminator encoder doubles as generator
+    vocab = vocab_file or _find_vocab(path, kind)
+    if vocab_file and not os.path.isfile(vocab_file):
+        raise ValueError(f"vocabulary file {vocab_file} does not exist")
+    return ModelDir(path, kind, bert_config, generator_config, prefix, vocab, do_lower_case,
+                    settings, notes)
