@@ -49,8 +49,8 @@ class HeadDense(tf.Module):
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
         """x: float32 [..., in] -> [..., out]."""
-        y = tf.tensordot(x, tf.cast(self.kernel, x.dtype), axes=1) if x.shape.rank != 2 else \
-            tf.matmul(x, tf.cast(self.kernel, x.dtype))
+        kernel = tf.cast(self.kernel, x.dtype)
+        y = tf.matmul(x, kernel) if x.shape.rank == 2 else tf.tensordot(x, kernel, axes=1)
         y = tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))
         return self.activation(y) if self.activation is not None else y
 

@@ -129,3 +129,15 @@ def test_restore_pretrained_lists_missing_encoder_variables(tmp_path):
 def test_max_seq_length_beyond_position_embeddings_is_refused(tmp_path):
     with pytest.raises(ValueError, match="max_seq_length"):
         build(tmp_path, max_seq_length=64)
+
+
+def test_head_kernels_use_tf1_glorot_uniform_init(tmp_path):
+    config, tasks, model = build(tmp_path)
+    kernel = model.heads[0].dense.kernel.numpy()  # [32, 2]
+    limit = np.sqrt(6.0 / (32 + 2))
+    assert np.abs(kernel).max() <= limit and np.abs(kernel).max() > 0.5 * limit
+    assert not model.heads[0].dense.bias.numpy().any()
+    again = finetuning_model.FinetuningModel(config, tasks, seed=3)
+    other = finetuning_model.FinetuningModel(config, tasks, seed=4)
+    np.testing.assert_array_equal(again.heads[0].dense.kernel.numpy(), kernel)
+    assert not np.array_equal(other.heads[0].dense.kernel.numpy(), kernel)
