@@ -107,7 +107,7 @@ def test_unknown_chunk_tag_names_file_and_line(tmp_path):
 def test_labels_sit_on_the_first_piece_of_each_word(tmp_path):
     task = make_task(tmp_path)
     example = task.get_examples("train")[1]  # "Unbelievable cats ran ."
-    [features] = task.featurize(example, is_training=True)
+    [features] = task.featurize(example, is_training=True, log_example=True)
     ids = features["input_ids"]
     tokens = [VOCAB[i] for i in ids[:sum(features["input_mask"])]]
     assert tokens == ["[CLS]", "un", "##believ", "##able", "cat", "##s", "ran", ".", "[SEP]"]
@@ -267,3 +267,23 @@ def test_end_to_end_on_a_slice_of_the_shared_training_file(shared_data, tmp_path
                       for s in "\n".join(lines).strip().split("\n\n")])
     assert counts.overall()[2] == pytest.approx(metrics["f1"])
     assert (results_dir / "chunk_dev_trial1_conlleval.txt").read_text() == counts.report()
+
+
+def test_run_writes_dev_and_test_predictions_in_conll_format(tmp_path):
+    test_text = "the DT B-NP\ncat NN I-NP\nsat VBD B-VP\n\ndog NN B-NP\n"
+    config = make_config(tmp_path, {"train.txt": TRAIN, "dev.txt": TRAIN, "test.txt": test_text},
+                         train_batch_size=2, eval_batch_size=2, predict_batch_size=2,
+                         num_train_epochs=1.0, write_test_outputs=True)
+    summary = run_finetuning.run_finetuning(config)
+    assert 0.0 <= summary["median"]["chunk"]["f1"] <= 100.0
+    results_dir = os.path.dirname(config.results_txt)
+    dev = open(os.path.join(results_dir, "chunk_dev_trial1_predictions.txt")).read()
+    assert [line.split()[:2] for line in dev.split("\n\n")[1].split("\n")] == [
+        ["Unbelievable", "B-ADJP"], ["cats", "B-NP"], ["ran", "B-VP"], [".", "O"]]
+    test_dir = os.path.join(config.test_predictions_dir, "trial_1")
+    assert sorted(os.listdir(test_dir)) == ["chunk_test_conlleval.txt",
+                                            "chunk_test_predictions.txt"]
+    rows = open(os.path.join(test_dir, "chunk_test_predictions.txt")).read().split("\n")
+    assert [r.split()[:2] for r in rows if r] == [["the", "B-NP"], ["cat", "I-NP"],
+                                                  ["sat", "B-VP"], ["dog", "B-NP"]]
+    assert rows[3] == "" and all(len(r.split()) == 3 for r in rows if r)

@@ -121,9 +121,11 @@ class ChunkCounts:
     correct: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     # The script reads the whole file as one stream; this state carries over sentence breaks.
-    _last_gold: tuple[str, str] = (OUTSIDE, "")
-    _last_guess: tuple[str, str] = (OUTSIDE, "")
-    _in_correct: bool = False  # the open gold and guessed chunks began together, same type
+    _last_gold: tuple[str, str] = dataclasses.field(default=(OUTSIDE, ""), init=False, repr=False)
+    _last_guess: tuple[str, str] = dataclasses.field(default=(OUTSIDE, ""), init=False,
+                                                     repr=False)
+    # The open gold and guessed chunks began on the same token with the same type.
+    _in_correct: bool = dataclasses.field(default=False, init=False, repr=False)
 
     def add_sentence(self, gold_tags: Sequence[str], guessed_tags: Sequence[str]) -> None:
         if len(gold_tags) != len(guessed_tags):
