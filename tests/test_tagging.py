@@ -98,7 +98,11 @@ def test_wrong_number_of_columns_names_file_and_line(tmp_path, bad_line, found):
 
 def test_unknown_chunk_tag_names_file_and_line(tmp_path):
     task = make_task(tmp_path, {"train.txt": "The DT B-NP\n\ncat NN I-NP\nsat VBD X-VP\n"})
-    with pytest.raises(task_lib.TaskDataError, match=r"train.txt:4: chunk tag 'X-VP' of word 'sat'"):
+    with pytest.raises(task_lib.TaskDataError,
+                       match=r"train.txt:4: chunk tag 'X-VP' of word 'sat'"):
+        task.get_examples("train")
+    task = make_task(tmp_path / "b", {"train.txt": "a DT B-NP\n-DOCSTART- -X- O\nb NN Q\n"})
+    with pytest.raises(task_lib.TaskDataError, match=r"train.txt:3: chunk tag 'Q' of word 'b'"):
         task.get_examples("train")
 
 

@@ -22,7 +22,6 @@ import logging
 import os
 from typing import Any, Sequence
 
-import numpy as np
 import tensorflow as tf
 
 import configure_finetuning
@@ -62,41 +61,43 @@ class TaggingExample(task_lib.Example):
 
 @dataclasses.dataclass
 class ConllSentence:
+    path: str
     words: list[str]
     tags: list[str]
-    source: str  # "path:line" of the sentence's first token
+    lines: list[int]  # 1-based line of each word in `path`
+
+    @property
+    def source(self) -> str:
+        return f"{self.path}:{self.lines[0]}"
 
 
-def read_conll(path: str, n_columns: int = 3) -> list[ConllSentence]:
-    """Sentences of a CoNLL file whose lines hold `n_columns` space-separated fields, tag last.
+def read_conll(path: str) -> list[ConllSentence]:
+    """Sentences of a CoNLL-2000 file: "word POS chunk-tag" lines, blank lines between sentences.
 
     Raises:
       TaskDataError: a line with another number of columns, naming the file and line.
     """
     sentences: list[ConllSentence] = []
-    words: list[str] = []
-    tags: list[str] = []
-    first_line = 0
+    current = ConllSentence(path, [], [], [])
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
             fields = line.split()
             if not fields:
-                if words:
-                    sentences.append(ConllSentence(words, tags, f"{path}:{first_line}"))
-                    words, tags = [], []
+                if current.words:
+                    sentences.append(current)
+                    current = ConllSentence(path, [], [], [])
                 continue
             if fields[0] == DOCSTART:
                 continue
-            if len(fields) != n_columns:
+            if len(fields) != 3:
                 raise task_lib.TaskDataError(
-                    f"{path}:{line_no}: expected {n_columns} space-separated columns (word, POS "
-                    f"tag, chunk tag), found {len(fields)}: {line.rstrip()[:200]!r}")
-            if not words:
-                first_line = line_no
-            words.append(fields[0])
-            tags.append(fields[-1])
-    if words:  # no blank line after the last sentence
-        sentences.append(ConllSentence(words, tags, f"{path}:{first_line}"))
+                    f"{path}:{line_no}: expected 3 space-separated columns (word, POS tag, chunk "
+                    f"tag), found {len(fields)}: {line.rstrip()[:200]!r}")
+            current.words.append(fields[0])
+            current.tags.append(fields[2])
+            current.lines.append(line_no)
+    if current.words:  # no blank line after the last sentence
+        sentences.append(current)
     return sentences
 
 
@@ -213,11 +214,10 @@ class TaggingTask(task_lib.Task):
         return self._files[filename]
 
     def _check_tags(self, sentence: ConllSentence) -> None:
-        path, first = sentence.source.rsplit(":", 1)
         for i, tag in enumerate(sentence.tags):
             if tag not in self._valid_tags:
                 raise task_lib.TaskDataError(
-                    f"{path}:{int(first) + i}: chunk tag {tag!r} of word {sentence.words[i]!r} is "
+                    f"{sentence.path}:{sentence.lines[i]}: chunk tag {tag!r} of word {sentence.words[i]!r} is "
                     f"not O, B-<type> or I-<type> with a {self.name} type "
                     f"({', '.join(self.chunk_types)})")
 
