@@ -1,0 +1,151 @@
+"""Official (TF1) checkpoints in: a checkpoint written by tf.compat.v1 with the official variable
+names initialises fine-tuning; its extra tensors are summarised, missing encoder ones listed."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import run_finetuning
+from finetune import finetuning_model
+from finetune import task_builder
+from finetune import trainer
+from util import checkpoint
+
+from tests.test_finetune_data import make_config, write_fixtures
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": 32}
+SIZES = {"V": 23, "E": 16, "H": 32, "F": 64, "P": 32, "T": 2}  # 23 = the fixture vocabulary
+
+# The official ELECTRA discriminator variables (BERT's scopes + embeddings_project), {i} = layer.
+OFFICIAL_ENCODER = """
+electra/embeddings/word_embeddings                       V E
+electra/embeddings/position_embeddings                   P E
+electra/embeddings/token_type_embeddings                 T E
+electra/embeddings/LayerNorm/gamma                       E
+electra/embeddings/LayerNorm/beta                        E
+electra/embeddings_project/kernel                        E H
+electra/embeddings_project/bias                          H
+"""
+OFFICIAL_LAYER = """
+electra/encoder/layer_{i}/attention/self/query/kernel    H H
+electra/encoder/layer_{i}/attention/self/query/bias      H
+electra/encoder/layer_{i}/attention/self/key/kernel      H H
+electra/encoder/layer_{i}/attention/self/key/bias        H
+electra/encoder/layer_{i}/attention/self/value/kernel    H H
+electra/encoder/layer_{i}/attention/self/value/bias      H
+electra/encoder/layer_{i}/attention/output/dense/kernel  H H
+electra/encoder/layer_{i}/attention/output/dense/bias    H
+electra/encoder/layer_{i}/attention/output/LayerNorm/gamma  H
+electra/encoder/layer_{i}/attention/output/LayerNorm/beta   H
+electra/encoder/layer_{i}/intermediate/dense/kernel      H F
+electra/encoder/layer_{i}/intermediate/dense/bias        F
+electra/encoder/layer_{i}/output/dense/kernel            F H
+electra/encoder/layer_{i}/output/dense/bias              H
+electra/encoder/layer_{i}/output/LayerNorm/gamma         H
+electra/encoder/layer_{i}/output/LayerNorm/beta          H
+"""
+# What else a pre-training checkpoint of the official release holds.
+OFFICIAL_EXTRAS = """
+generator/encoder/layer_0/attention/self/query/kernel    E E
+generator_predictions/output_bias                        V
+discriminator_predictions/dense/kernel                   H H
+discriminator_predictions/dense_1/kernel                 H 1
+"""
+
+
+def official_shapes(text: str) -> dict[str, list[int]]:
+    sizes = dict(SIZES, **{"1": 1})
+    out = {}
+    for line in filter(str.strip, text.splitlines()):
+        name, *dims = line.split()
+        out[name] = [sizes[d] for d in dims]
+    return out
+
+
+def encoder_shapes() -> dict[str, list[int]]:
+    text = OFFICIAL_ENCODER + "".join(OFFICIAL_LAYER.format(i=i) for i in range(2))
+    return official_shapes(text)
+
+
+def write_tf1_checkpoint(directory: str, drop: str | None = None,
+                         state_path: str | None = None) -> dict[str, np.ndarray]:
+    """Graph-mode tf.compat.v1 variables under the official names, saved by a v1 Saver.
+
+    Includes what the official run_pretraining.py leaves in a checkpoint besides the encoder:
+    global_step, AdamWeightDecayOptimizer slots (<var>/adam_m, <var>/adam_v), the generator and
+    both heads. Returns the encoder values.
+    """
+    rng = np.random.default_rng(0)
+    encoder = {n: rng.normal(0, 0.1, s).astype(np.float32) for n, s in encoder_shapes().items()
+               if n != drop}
+    extras = {n: rng.normal(0, 0.1, s).astype(np.float32)
+              for n, s in official_shapes(OFFICIAL_EXTRAS).items()}
+    with tf.Graph().as_default():
+        v1 = tf.compat.v1
+        variables = [v1.get_variable(n, initializer=v) for n, v in {**encoder, **extras}.items()]
+        for var in list(variables):  # the optimizer's slots, named as the official optimizer does
+            name = var.op.name
+            variables += [v1.get_variable(name + "/adam_m", initializer=tf.zeros_like(var)),
+                          v1.get_variable(name + "/adam_v", initializer=tf.zeros_like(var))]
+        global_step = v1.train.get_or_create_global_step()
+        saver = v1.train.Saver()
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(global_step.assign(1000))
+            saver.save(sess, os.path.join(directory, "model.ckpt"), global_step=1000)
+    if state_path is not None:  # a release downloaded from elsewhere: stale state file
+        with open(os.path.join(directory, "checkpoint"), "w") as f:
+            f.write(f'model_checkpoint_path: "{state_path}"\n')
+    return encoder
+
+
+def test_official_names_are_the_model_names(tmp_path):
+    config = make_config(tmp_path, ["sst"], model_hparam_overrides=TINY, embedding_size=16)
+    model = finetuning_model.FinetuningModel(config, task_builder.get_tasks(config))
+    ours = {n: v.shape.as_list() for n, v in model.encoder_variables().items()}
+    assert ours == encoder_shapes()
+
+
+def test_tf1_checkpoint_initialises_fine_tuning(tmp_path, caplog):
+    release = tmp_path / "electra_release"
+    release.mkdir()
+    # The state file names a path on the machine that wrote it; the .index files still count.
+    encoder = write_tf1_checkpoint(str(release), state_path="gs://bucket/electra/model.ckpt-1000")
+    reader = tf.train.load_checkpoint(str(release / "model.ckpt-1000"))
+    assert reader.has_tensor("electra/encoder/layer_1/output/dense/kernel/adam_m")
+    assert int(reader.get_tensor("global_step")) == 1000
+
+    write_fixtures(tmp_path, tasks={"sst"})
+    config = make_config(tmp_path, ["sst"], model_hparam_overrides=TINY, embedding_size=16,
+                         init_checkpoint=str(release), num_train_epochs=3.0, do_eval=False,
+                         train_batch_size=2)
+    runner = trainer.ModelRunner(config, task_builder.get_tasks(config),
+                                 run_finetuning.preprocessing.Preprocessor(
+                                     config, task_builder.get_tasks(config)))
+    with caplog.at_level("INFO"):
+        assert runner.initialize() == "pretrained"
+    for name, var in runner.model.encoder_variables().items():
+        np.testing.assert_array_equal(var.numpy(), encoder[name], err_msg=name)
+    # One summary line for everything ignored: slots, global_step, generator, heads.
+    n_slots = 2 * (len(encoder) + 4)
+    line = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert line == [f"restored {len(encoder)} encoder variables from {release}/model.ckpt-1000; "
+                    f"ignored {n_slots + 5} other tensors (discriminator_predictions: 2, "
+                    f"generator: 1, generator_predictions: 1, global_step: 1, "
+                    f"optimizer slots: {n_slots})"]
+    runner.train()  # and it fine-tunes from there (the first step has learning rate 0)
+    assert runner.global_step == 3
+    tensors = checkpoint.read_all(trainer.trial_dir(config, 1))
+    assert not np.array_equal(tensors["electra/embeddings/word_embeddings"],
+                              encoder["electra/embeddings/word_embeddings"])
+
+
+def test_missing_encoder_variables_are_listed(tmp_path):
+    missing = "electra/encoder/layer_1/attention/output/LayerNorm/gamma"
+    write_tf1_checkpoint(str(tmp_path), drop=missing)
+    config = make_config(tmp_path, ["sst"], model_hparam_overrides=TINY, embedding_size=16)
+    model = finetuning_model.FinetuningModel(config, task_builder.get_tasks(config))
+    with pytest.raises(ValueError, match=f"lacks 1 variables the model needs: {missing}"):
+        model.restore_pretrained(str(tmp_path))
