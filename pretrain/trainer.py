@@ -252,8 +252,9 @@ class Trainer:
             return tensors
         flat = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
                               tf.concat([tf.reshape(t, [-1]) for t in tensors], 0))
-        parts = tf.split(flat, [t.shape.num_elements() for t in tensors])
-        return [tf.reshape(p, t.shape) for p, t in zip(parts, tensors)]
+        # Dynamic sizes: some gradients (of gathered tables) lose their static shape.
+        parts = tf.split(flat, tf.stack([tf.size(t) for t in tensors]), num=len(tensors))
+        return [tf.reshape(p, tf.shape(t)) for p, t in zip(parts, tensors)]
 
     def _replica_apply(self, grads):
         self.optimizer.apply(grads, self.trainable)
