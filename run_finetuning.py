@@ -84,7 +84,8 @@ def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: in
     record = io_utils.read_json(path)
     if (record.get("training_settings") != trainer.training_settings(config)
             or record.get("eval_key") != _eval_key(config)
-            or record.get("global_step", -1) < record.get("train_steps", 0)
+            or not record.get("train_steps")
+            or record.get("global_step", -1) < record["train_steps"]
             or (need_test_outputs and not record.get("test_outputs"))):
         return None
     return record
@@ -122,7 +123,8 @@ def run_trial(config, tasks, preprocessor, trial, strategy) -> dict[str, Any] | 
         written = runner.write_test_outputs(output_dir)
         if record is not None:
             record["test_outputs"] = written
-    if record is not None and is_chief:
+    # Only a trained trial is recorded as finished (an eval-only run may see a halted one).
+    if record is not None and is_chief and config.do_train:
         io_utils.write_json(os.path.join(runner.model_dir, trainer.RESULTS_FILE), record)
     return record
 
