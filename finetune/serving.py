@@ -2,19 +2,20 @@
 
 The serving signature (`serving_default`, also the module's `serve` function):
 
-  inputs   input_ids    int32 [batch, seq_len]   WordPiece ids: [CLS] a [SEP] (b [SEP]) + padding
-           input_mask   int32 [batch, seq_len]   1 for real tokens, 0 for padding
-           segment_ids  int32 [batch, seq_len]   0 for the first segment, 1 for the second
+  inputs   input_ids    int32 [batch, L]   WordPiece ids: [CLS] a [SEP] (b [SEP]) + padding
+           input_mask   int32 [batch, L]   1 for real tokens, 0 for padding
+           segment_ids  int32 [batch, L]   0 for the first segment, 1 for the second
   outputs  each task head's outputs except its loss, example ids and label echoes, plus
            `probabilities` (softmax over the last axis) wherever a head has `logits`. With one
            task the keys are bare (`logits`, `probabilities`, `predictions`); with several they
            are `<task>_<output>`. A GLUE classifier gives logits/probabilities float32
            [batch, num_labels] and predictions int32 [batch]; a regression task (STS-B)
-           predictions float32 [batch] on the training scale (score / 5).
+           predictions float32 [batch] on the training scale (score / 5); a tagger (chunk)
+           predictions int32 [batch, L]; a QA head its start/end scores over the L positions.
 
-seq_len may be anything up to the model's max_position_embeddings (fine-tuning used
-max_seq_length). Task features other than the three inputs only feed the losses; the signature
-fills them with zeros.
+L is the trial's max_seq_length, fixed (pad every row to it, as fine-tuning's featurization
+does): some heads (QA's beam over start positions) need a static length. Task features other
+than the three inputs only feed the losses; the signature fills them with zeros.
 """
 import logging
 from typing import Sequence
@@ -62,10 +63,9 @@ def load_finetuned(md: model_dir_lib.ModelDir):
     return config, tasks, model
 
 
-def _zeros_for(spec, batch_size, seq_len, max_seq_length):
-    dims = [seq_len if d == max_seq_length else d for d in spec.shape]
+def _zeros_for(spec, batch_size):
     dtype = tf.int32 if spec.is_int_feature else tf.float32
-    return tf.zeros(tf.stack([batch_size] + dims), dtype)
+    return tf.zeros(tf.stack([batch_size] + [int(d) for d in spec.shape]), dtype)
 
 
 class ServingModule(tf.Module):
@@ -77,17 +77,17 @@ class ServingModule(tf.Module):
         self.model = model
         self._specs = [spec for t in tasks for spec in t.get_feature_specs()]
         self._task_names = [t.name for t in tasks]
-        self._max_seq_length = max_seq_length
-        spec = tf.TensorSpec([None, None], tf.int32)
+        self.max_seq_length = max_seq_length
+        spec = tf.TensorSpec([None, max_seq_length], tf.int32)
         self.serve = tf.function(self._serve, input_signature=[
             tf.TensorSpec.from_spec(spec, name=n) for n in INPUTS])
 
     def _serve(self, input_ids, input_mask, segment_ids):
-        batch_size, seq_len = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+        batch_size = tf.shape(input_ids)[0]
         features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
                     "task_id": tf.zeros([batch_size], tf.int32)}
         for spec in self._specs:
-            features[spec.name] = _zeros_for(spec, batch_size, seq_len, self._max_seq_length)
+            features[spec.name] = _zeros_for(spec, batch_size)
         _, outputs = self.model(features, training=False)
         feature_names = {s.name for s in self._specs}
         result = {}

@@ -1,5 +1,6 @@
-"""SavedModel export of fine-tuned models: the serving signature, reloading, equality with the
-live model on the same batches, atomic output, refusals."""
+"""SavedModel export of fine-tuned models (classifier, tagger, QA): the serving signature,
+reloading, equality with the live model on the same batches, atomic output, refusals."""
+import json
 import os
 
 import numpy as np
@@ -14,6 +15,7 @@ from finetune import serving
 from finetune import task_builder
 from finetune import trainer
 from model import model_dir as model_dir_lib
+from util import checkpoint
 
 from tests.test_finetune_data import make_config
 from tests.test_run_finetuning import fixture_config
@@ -41,7 +43,7 @@ def test_signature_and_outputs(exported):
     signature = loaded.signatures["serving_default"]
     _, inputs = signature.structured_input_signature
     assert {k: (v.dtype, v.shape.as_list()) for k, v in inputs.items()} == {
-        name: (tf.int32, [None, None]) for name in ("input_ids", "input_mask", "segment_ids")}
+        name: (tf.int32, [None, 16]) for name in ("input_ids", "input_mask", "segment_ids")}
     assert set(signature.structured_outputs) == {
         f"{task}_{out}" for task in ("cola", "sst")
         for out in ("logits", "probabilities", "predictions")}
@@ -70,19 +72,46 @@ def test_saved_model_equals_the_live_model_on_dev_batches(exported):
             np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-6)
 
 
-def test_shorter_sequences_than_max_seq_length(exported):
-    config, trial, output = exported
+def test_rows_are_padded_to_max_seq_length(exported):
+    config, _, output = exported
     loaded = tf.saved_model.load(output)
-    md = model_dir_lib.read_model_dir(trial, vocab_file=config.vocab_file)
-    _, tasks, model = serving.load_finetuned(md)
-    ids = tf.constant([[2, 5, 7, 9, 3, 0], [2, 6, 3, 8, 10, 3]], tf.int32)
-    mask = tf.cast(ids > 0, tf.int32)
-    segments = tf.constant([[0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1]], tf.int32)
-    served = loaded.serve(ids, mask, segments)  # the module's function, as in the signature
-    live = serving.ServingModule(model, tasks, config.max_seq_length).serve(ids, mask, segments)
+    ids = tf.constant([[2, 5, 7, 9, 3, 0]], tf.int32)
+    with pytest.raises((ValueError, TypeError)):
+        loaded.serve(ids, tf.cast(ids > 0, tf.int32), tf.zeros_like(ids))
+    padded = tf.pad(ids, [[0, 0], [0, config.max_seq_length - 6]])
+    out = loaded.serve(padded, tf.cast(padded > 0, tf.int32), tf.zeros_like(padded))
+    assert out["sst_logits"].shape == [1, 2]
+
+
+def test_tagger_and_qa_heads_export_too(tmp_path):
+    """A (random) trial with classification, tagging and QA heads round-trips through export."""
+    tiny = dict(TINY, max_position_embeddings=32)
+    config = make_config(tmp_path, ["sst", "chunk", "squad"], model_hparam_overrides=tiny,
+                         embedding_size=16, max_seq_length=32)
+    tasks = task_builder.get_tasks(config)
+    model = finetuning_model.FinetuningModel(config, tasks, seed=5)
+    trial = tmp_path / "trial"
+    checkpoint.CheckpointManager(str(trial)).save(
+        {n: v.numpy() for n, v in checkpoint.by_name(model.variables).items()}, 0)
+    with open(trial / "finetune_config.json", "w") as f:
+        json.dump({"bert_config": model.bert_config.to_dict(),
+                   "training_settings": trainer.training_settings(config)}, f)
+    output = str(tmp_path / "served")
+    assert export_model.main(["--model-dir", str(trial), "--format", "saved_model", "--output",
+                              output, "--vocab-file", config.vocab_file]) == 0
+    loaded = tf.saved_model.load(output).signatures["serving_default"]
+    rng = np.random.default_rng(0)
+    ids = tf.constant(rng.integers(5, 20, [3, 32]), tf.int32)
+    segments = tf.constant(np.repeat([[0] * 12 + [1] * 20], 3, axis=0), tf.int32)
+    served = loaded(input_ids=ids, input_mask=tf.ones_like(ids), segment_ids=segments)
+    live = serving.ServingModule(model, tasks, 32).serve(ids, tf.ones_like(ids), segments)
     assert sorted(served) == sorted(live)
+    assert {"sst_probabilities", "chunk_predictions", "squad_start_logits",
+            "squad_end_logits"} <= set(served)
+    assert served["chunk_predictions"].shape == [3, 32]
     for key in served:
-        np.testing.assert_allclose(served[key].numpy(), live[key].numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(served[key].numpy(), live[key].numpy(), rtol=1e-5,
+                                   atol=1e-5, err_msg=key)
 
 
 def test_single_task_keys_are_bare(tmp_path):
@@ -90,7 +119,7 @@ def test_single_task_keys_are_bare(tmp_path):
     tasks = task_builder.get_tasks(config)
     module = serving.ServingModule(finetuning_model.FinetuningModel(config, tasks), tasks,
                                    config.max_seq_length)
-    ids = tf.constant([[2, 5, 3, 0]], tf.int32)
+    ids = tf.constant([[2, 5, 3] + [0] * (config.max_seq_length - 3)], tf.int32)
     out = module.serve(ids, tf.cast(ids > 0, tf.int32), tf.zeros_like(ids))
     assert {k: v.shape.as_list() for k, v in out.items()} == {"predictions": [1]}
 

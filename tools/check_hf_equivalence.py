@@ -107,7 +107,7 @@ def our_logits(model_dir: str, trial_dir: str | None, sentence: str) -> dict:
     if trial_dir:
         tmd = model_dir_lib.read_model_dir(trial_dir, vocab_file=md.vocab_file)
         config, tasks, model = serving.load_finetuned(tmd)
-        module = serving.ServingModule(model, tasks, config.max_seq_length)
+        module = serving.ServingModule(model, tasks, ids.shape[1])  # sst: any length serves
         out = module.serve(tf.constant(ids), tf.constant(mask), tf.constant(segments))
         result["classifier"] = out["logits"].numpy()[0]
     return result
