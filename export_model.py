@@ -303,12 +303,18 @@ def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = Non
         log.info("ignored %d Hugging Face tensors: %s", len(unused), ", ".join(unused[:10]))
     log.info("wrote %s: %d variables from %s", output, len(tensors), hf_dir)
     if config is not None:
-        overrides = {k: v for k, v in config.to_dict().items()
-                     if k not in ("vocab_size", "embedding_size")}
-        log.info("fine-tune it with hparams {\"vocab_size\": %d, \"embedding_size\": %d, "
-                 "\"model_hparam_overrides\": %s, ...}", config.vocab_size, config.embedding_size,
-                 json.dumps(overrides, sort_keys=True))
+        log.info("fine-tune it with these hparams (plus task_names, ...): %s",
+                 json.dumps(finetune_hparams(config), sort_keys=True))
     return tensors
+
+
+def finetune_hparams(config) -> dict:
+    """The run_finetuning.py hparams that rebuild `config` (fine-tuning takes the architecture
+    from hparams, as the official code, not from the model dir's bert_config.json)."""
+    overrides = {k: v for k, v in config.to_dict().items() if k not in ("vocab_size",
+                                                                        "embedding_size")}
+    return {"vocab_size": config.vocab_size, "embedding_size": config.embedding_size,
+            "model_hparam_overrides": overrides}
 
 
 # -- command line -----------------------------------------------------------------------------

@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 from safetensors import numpy as st_numpy
 
+import configure_finetuning
 import export_model
 import pretrain_fixtures as fx
 from configure_pretraining import PretrainingConfig
+from finetune import finetuning_model
+from finetune import task_builder
 from model import hf_conversion
 from model import model_dir as model_dir_lib
 from pretrain import masking
@@ -206,6 +209,27 @@ def test_round_trip_pretrained_model_is_bit_identical(source, tmp_path):
     again = model_dir_lib.read_model_dir(str(tmp_path / "back"))
     assert again.bert_config == md.bert_config
     assert again.generator_config == md.generator_config
+
+
+def test_imported_model_initialises_fine_tuning(source, tmp_path, caplog):
+    md = model_dir_lib.read_model_dir(source)
+    export_model.export_huggingface(md, str(tmp_path / "disc"), "discriminator")
+    with caplog.at_level("INFO"):
+        export_model.import_huggingface(str(tmp_path / "disc"),
+                                        str(tmp_path / "models" / "hf_small"))
+    hparams = export_model.finetune_hparams(md.bert_config)
+    assert json.dumps(hparams, sort_keys=True) in caplog.text  # the import says what to pass
+    config = configure_finetuning.FinetuningConfig.from_hparams(
+        "hf_small", str(tmp_path), dict(hparams, task_names=["sst"], max_seq_length=16))
+    # The defaults find the imported dir: run_finetuning --model-name hf_small would start here.
+    assert config.init_checkpoint == str(tmp_path / "models" / "hf_small")
+    assert config.vocab_file == str(tmp_path / "models" / "hf_small" / "vocab.txt")
+    model = finetuning_model.FinetuningModel(config, task_builder.get_tasks(config))
+    report = model.restore_pretrained(config.init_checkpoint)
+    assert len(report.restored) == len(model.encoder_variables())
+    ours = checkpoint.read_all(md.checkpoint)
+    for name, var in model.encoder_variables().items():
+        np.testing.assert_array_equal(var.numpy(), ours[name], err_msg=name)
 
 
 def test_round_trip_classifier_and_head_equivalence(source, tmp_path):
