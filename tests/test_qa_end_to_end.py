@@ -51,7 +51,8 @@ def test_squad_v1_and_v2_end_to_end(shared_data, tmp_path):
                    max_seq_length=128, max_query_length=32, doc_stride=64, beam_size=5,
                    n_best_size=5, max_train_examples=48, max_eval_examples=24,
                    train_batch_size=16, eval_batch_size=16, predict_batch_size=16,
-                   num_train_epochs=1.0, learning_rate=1e-3, write_test_outputs=True,
+                   num_train_epochs=1.0, learning_rate=1e-3, adam_bias_correction=True,
+                   write_test_outputs=True,
                    n_writes_test=1)
     assert run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "tiny",
                                 "--hparams", json.dumps(hparams)]) == 0

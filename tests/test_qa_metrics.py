@@ -134,6 +134,16 @@ def test_get_final_text(pred, orig, expected):
     assert qa_metrics.get_final_text(pred, orig, do_lower_case=True) == expected
 
 
+def test_detokenize_wordpiece_and_sentencepiece():
+    assert qa_metrics.detokenize(["steve", "smith", "##s", "##on"]) == "steve smithson"
+    assert qa_metrics.detokenize(["##ing", "x"]) == "ing x"
+    assert qa_metrics.detokenize(["\u2581Steve", "\u2581Smith", "son", "\u2581,"],
+                                 sentencepiece=True) == "Steve Smithson ,"
+    assert qa_metrics.get_final_text(
+        qa_metrics.detokenize(["\u2581Café", "\u2581M", "üller"], sentencepiece=True),
+        "Café Müller's", do_lower_case=False, strip_accents=False) == "Café Müller"
+
+
 def test_get_final_text_case_sensitive_model():
     assert qa_metrics.get_final_text("Smith", "Smith's", do_lower_case=False) == "Smith"
     # A lower-cased prediction is not found in cased text: falls back to the original span.

@@ -7,7 +7,7 @@ Per question (as the ELECTRA release):
      outside the document part of the window, the start is [CLS], the window is not the start's
      max-context window, end < start, or the span is longer than max_answer_length pieces.
   2. the best candidates (at most n_best_size distinct texts) are turned into text: the pieces
-     are joined and "##" removed, then aligned character by character with the original words
+     are joined back into words (WordPiece "##" or SentencePiece "\u2581"), then aligned character by character with the original words
      they came from (get_final_text) so the answer keeps the context's casing and accents but
      not extra characters of the word ("Steve Smith's" -> "Steve Smith").
   3. SQuAD 2.0: a null score per question = the smallest answerability logit over its windows
@@ -118,6 +118,16 @@ def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool = True,
     return orig_text[orig_start:orig_end + 1]
 
 
+def detokenize(pieces: Sequence[str], sentencepiece: bool = False) -> str:
+    """Word pieces -> normalised text: "##" continuations (WordPiece) or "\u2581" word starts
+    (SentencePiece) joined back into words, single spaces between words."""
+    if sentencepiece:
+        text = "".join(pieces).replace("\u2581", " ")
+    else:
+        text = " ".join(pieces).replace(" ##", "").replace("##", "")
+    return " ".join(text.split())
+
+
 def _candidates(windows: Sequence[qa_features.Window], results: Sequence[Mapping[str, Any]],
                 n_best_size: int, max_answer_length: int, joint_prediction: bool
                 ) -> list[Candidate]:
@@ -155,16 +165,19 @@ def _candidates(windows: Sequence[qa_features.Window], results: Sequence[Mapping
 def predict_question(example: qa_data.QAExample, windows: Sequence[qa_features.Window],
                      results: Sequence[Mapping[str, Any]],
                      config: configure_finetuning.FinetuningConfig, v2: bool,
-                     strip_accents: bool | None = None) -> QuestionPrediction:
-    """The answer, n-best list and (2.0) null score of one question from its windows' outputs."""
+                     strip_accents: bool | None = None,
+                     sentencepiece: bool = False) -> QuestionPrediction:
+    """The answer, n-best list and (2.0) null score of one question from its windows' outputs.
+
+    strip_accents / sentencepiece: how the tokenizer made the pieces (for mapping them back).
+    """
     nbest, seen = [], set()
     for cand in _candidates(windows, results, config.n_best_size, config.max_answer_length,
                             config.joint_prediction):
         if len(nbest) >= config.n_best_size:
             break
         window = windows[cand.window]
-        pieces = " ".join(window.tokens[cand.start:cand.end + 1])
-        pred_text = " ".join(pieces.replace(" ##", "").replace("##", "").split())
+        pred_text = detokenize(window.tokens[cand.start:cand.end + 1], sentencepiece)
         first, last = window.token_to_orig_map[cand.start], window.token_to_orig_map[cand.end]
         orig_text = " ".join(example.doc_tokens[first:last + 1])
         text = get_final_text(pred_text, orig_text, config.do_lower_case, strip_accents)

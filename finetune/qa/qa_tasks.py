@@ -152,6 +152,7 @@ class QATask(task_lib.Task):
         """Question id -> prediction, from the head's outputs for every window of `examples`."""
         by_id = qa_metrics.group_outputs(self.name, rows)
         strip_accents = getattr(self._tokenizer, "strip_accents", None)
+        sentencepiece = getattr(self._tokenizer, "kind", "") == "sentencepiece"
         predictions = {}
         for example in examples:
             windows = self.windows(example)
@@ -162,7 +163,7 @@ class QATask(task_lib.Task):
                     f"task {self.name}: no model output for a window of question "
                     f"{example.qas_id} (the outputs come from other data or settings)") from None
             predictions[example.qas_id] = qa_metrics.predict_question(
-                example, windows, results, self.config, self.v2, strip_accents)
+                example, windows, results, self.config, self.v2, strip_accents, sentencepiece)
         return predictions
 
     def get_scorer(self, split: str = "dev") -> qa_metrics.SpanBasedQAScorer:
