@@ -11,6 +11,8 @@ Exports the discriminator (ElectraForPreTraining), the generator (ElectraForMask
 one-task classifier (ElectraForSequenceClassification) with export_model.py's functions, has the
 peer load each with `from_pretrained` and its tokenizer with AutoTokenizer, and prints the max
 absolute difference between their logits and ours on one sentence (last stdout line: JSON).
+"generator_tanh_gelu" repeats the generator with HF's hard-coded exact GELU in the generator
+head swapped for the tanh form ours uses: what remains is float rounding.
 Without --model-dir every weight (LayerNorm and biases included) is random, so each mapping
 matters; the classifier head is random too.
 """
@@ -47,6 +49,13 @@ for kind, path in job["dirs"].items():
         logits = model(**enc).logits
     out[kind] = {"input_ids": enc["input_ids"][0].tolist(), "logits": logits[0].tolist(),
                  "tokenizer": type(tok).__name__, "hidden_act": model.config.hidden_act}
+    if kind == "generator":
+        # HF's generator head hard-codes the exact GELU; with the tanh form the gap should vanish.
+        from transformers.activations import ACT2FN
+        model.generator_predictions.activation = ACT2FN["gelu_new"]
+        with torch.no_grad():
+            logits = model(**enc).logits
+        out["generator_tanh_gelu"] = dict(out[kind], logits=logits[0].tolist())
 json.dump(out, open(sys.argv[2], "w"))
 """
 
@@ -67,6 +76,8 @@ def random_model_dir(path: str, vocab_file: str) -> None:
     for name, var in checkpoint.by_name(unique.values()).items():
         value = var.numpy()
         scale = 0.1 if name.endswith(("gamma", "beta", "bias")) else 0.02
+        if name.startswith("discriminator_predictions/"):
+            scale = 0.2  # logits of a few units rather than ~0.1
         tensors[name] = (value + rng.normal(0.0, scale, value.shape)).astype(np.float32)
     checkpoint.CheckpointManager(path).save(tensors, 1)
     io_utils.write_text(os.path.join(path, "bert_config.json"), disc.to_json_string())
@@ -151,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([args.peer_python, "-c", PEER_SCRIPT, job, answer], check=True)
         theirs = json.load(open(answer))
     summary = {"sentence": args.sentence, "tokens": len(ours["input_ids"])}
+    ours["generator_tanh_gelu"] = ours.get("generator")
     for kind, peer in theirs.items():
         same_ids = peer["input_ids"] == ours["input_ids"]
         diff = float(np.max(np.abs(np.asarray(peer["logits"]) - ours[kind])))
