@@ -1,4 +1,4 @@
-"""QA metrics against hand-computed values, and answer decoding (n-best, text mapping, null score)."""
+"""QA metrics against hand-computed values; answer decoding (n-best, text mapping, null score)."""
 import gzip
 import json
 
@@ -228,3 +228,10 @@ def test_predict_question_without_valid_span_gives_placeholder(tmp_path):
     result = _joint_result([0, 0, 0], [0.0] * 3, [[0, 0, 0]] * 3, [[0.0] * 3] * 3)
     prediction = qa_metrics.predict_question(_example(), [_window()], [result], config, v2=False)
     assert prediction.text == qa_metrics.EMPTY_PREDICTION and prediction.null_score is None
+
+
+def test_question_without_windows(tmp_path):
+    # An empty context gives no window: no span, and surely "no answer" for SQuAD 2.0.
+    prediction = qa_metrics.predict_question(_example(), [], [], _config(tmp_path), v2=True)
+    assert prediction.text == qa_metrics.EMPTY_PREDICTION
+    assert prediction.null_score == qa_metrics.NO_WINDOW_NULL_SCORE

@@ -7,9 +7,10 @@ Per question (as the ELECTRA release):
      outside the document part of the window, the start is [CLS], the window is not the start's
      max-context window, end < start, or the span is longer than max_answer_length pieces.
   2. the best candidates (at most n_best_size distinct texts) are turned into text: the pieces
-     are joined back into words (WordPiece "##" or SentencePiece "\u2581"), then aligned character by character with the original words
-     they came from (get_final_text) so the answer keeps the context's casing and accents but
-     not extra characters of the word ("Steve Smith's" -> "Steve Smith").
+     are joined back into words (WordPiece "##" or SentencePiece "\u2581"), then aligned
+     character by character with the original words they came from (get_final_text), so the
+     answer keeps the context's casing and accents but not extra characters of the word
+     ("Steve Smith's" -> "Steve Smith").
   3. SQuAD 2.0: a null score per question = the smallest answerability logit over its windows
      (the window most sure to hold an answer), or without the answerability classifier
      min(start_logit[CLS] + end_logit[CLS]) minus the best span's score. The prediction is
@@ -19,7 +20,6 @@ Per question (as the ELECTRA release):
 Files in config.qa_dir: <task>_preds.json (question id -> best non-null answer, as the official
 release writes them for dev), <task>_null_odds.json (2.0), <task>_eval.json (the metrics).
 """
-import collections
 import dataclasses
 import logging
 import math
@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 # The prediction of a question without any valid candidate span (as the official release).
 EMPTY_PREDICTION = "empty"
+# Null score of a question without any window (an empty context): surely "no answer" (the
+# official scorer's starting value).
+NO_WINDOW_NULL_SCORE = 1e6
 
 
 @dataclasses.dataclass
@@ -195,10 +198,12 @@ def predict_question(example: qa_data.QAExample, windows: Sequence[qa_features.W
     null_score = None
     if v2:
         if config.answerable_classifier:
-            null_score = min(float(r["answerable_logit"]) for r in results)
+            null_score = min((float(r["answerable_logit"]) for r in results),
+                             default=NO_WINDOW_NULL_SCORE)
         else:
-            null_score = min(float(r["start_logits"][0]) + float(r["end_logits"][0])
-                             for r in results) - best["start_logit"] - best["end_logit"]
+            null_score = min((float(r["start_logits"][0]) + float(r["end_logits"][0])
+                              for r in results), default=NO_WINDOW_NULL_SCORE
+                             ) - best["start_logit"] - best["end_logit"]
     return QuestionPrediction(best["text"], nbest, null_score)
 
 
