@@ -10,7 +10,9 @@ and example `i` of the global batch always reads the same slice of that stream, 
 
 The slice is addressed through Philox's counter: each counter value yields 4 uint32, i.e. 4
 float32 uniforms, so element `e` of the stream sits at counter e // 4, position e % 4. This holds
-for the TF CPU kernels and under XLA (checked by tests/test_pretrain_masking.py).
+for the TF CPU kernels and under XLA (checked by tests/test_pretrain_masking.py). XLA's Philox
+kernel yields another stream than the CPU kernel for the same key and counter, each consistent in
+itself: runs compare exactly within one setting of use_xla.
 """
 import tensorflow as tf
 
@@ -54,7 +56,10 @@ class ExampleRng:
         lead = start % 4  # the slice may start inside a counter block
         count = shape[0] * row_size
         counter = tf.stack([tf.bitcast(start // 4, tf.uint64), tf.constant(0, tf.uint64)])
+        # Always 3 extra numbers, sliced at `lead`: the generated shape never depends on the
+        # offset, so XLA compiles it even when the offset is not a compile-time constant
+        # (micro-batches in a loop, replica ids).
         flat = tf.raw_ops.StatelessRandomUniformV2(
-            shape=tf.reshape(count + lead, [1]), key=stream_key(self.seed, self.step, purpose),
+            shape=tf.reshape(count + 3, [1]), key=stream_key(self.seed, self.step, purpose),
             counter=counter, alg=_PHILOX, dtype=tf.float32)
-        return tf.reshape(flat[lead:], shape)
+        return tf.reshape(tf.slice(flat, tf.reshape(lead, [1]), tf.reshape(count, [1])), shape)
