@@ -231,12 +231,16 @@ def _read_hf_dir(directory: str):
     values = io_utils.read_json(config_file)
     architectures = values.get("architectures") or []
     kinds = [hf.KIND_OF_ARCHITECTURE[a] for a in architectures if a in hf.KIND_OF_ARCHITECTURE]
-    if not kinds:
-        raise ValueError(f"{config_file}: architectures {architectures} include none of "
-                         f"{sorted(hf.KIND_OF_ARCHITECTURE)}")
     config, notes = hf.bert_config_from_hf(values, where=config_file)
     tensors, metadata = read_safetensors(directory)
-    return kinds[0], config, values, tensors, metadata, notes
+    if not kinds:
+        if not any(a.startswith("Electra") for a in architectures):
+            raise ValueError(f"{config_file}: architectures {architectures} name no ELECTRA model")
+        # ElectraModel, ElectraForTokenClassification, ...: the encoder is what fine-tuning needs.
+        notes.append(f"{architectures[0]}: imported the encoder only (heads here are "
+                     f"{', '.join(sorted(hf.KIND_OF_ARCHITECTURE))})")
+        kinds = ["encoder"]
+    return kinds[0], config, values, hf.with_model_prefix(tensors), metadata, notes
 
 
 def _same_embeddings(a: dict, b: dict) -> bool:

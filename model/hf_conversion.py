@@ -319,6 +319,15 @@ def _normalise_hf_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     return out
 
 
+def with_model_prefix(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A bare ElectraModel saves `embeddings.*`, `encoder.*`; the heads' models `electra.*`."""
+    if any(n.startswith(f"{HF_PREFIX}.") for n in tensors):
+        return tensors
+    if "embeddings.word_embeddings.weight" not in tensors:
+        return tensors
+    return {f"{HF_PREFIX}.{n}": v for n, v in tensors.items()}
+
+
 class Imported(NamedTuple):
     tensors: dict[str, np.ndarray]  # our names
     unused: list[str]  # HF parameters not mapped (buffers, an HF-layout classifier, ...)
@@ -330,7 +339,8 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
             task_name: str | None = None) -> Imported:
     """Our tensors from an HF ELECTRA state dict.
 
-    kind "discriminator": encoder under `scope` + discriminator_predictions/ (if present);
+    kind "encoder": the encoder under `scope` only (any other ELECTRA model);
+    "discriminator": encoder under `scope` + discriminator_predictions/ (if present);
     "generator": encoder under `scope` (e.g. "generator") + generator_predictions/;
     "classifier": encoder + task_specific/<task>/dense when the HF head is our exported
     identity+shift form (else the head is reported unused).
@@ -346,9 +356,9 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
             notes.append("no discriminator_predictions head in the HF weights: encoder only")
     elif kind == "generator":
         pairs += generator_head_pairs()
-    elif kind != "classifier":
+    elif kind not in ("classifier", "encoder"):
         raise ConversionError(f"unknown model kind {kind!r}; expected one of {sorted(ARCHITECTURES)}")
-    out = _convert_back(hf, pairs, f"{ARCHITECTURES[kind]} import")
+    out = _convert_back(hf, pairs, f"{ARCHITECTURES.get(kind, 'ElectraModel')} import")
     used = {p.hf for p in pairs}
     if kind == "generator" and "generator_lm_head.weight" in hf:
         used.add("generator_lm_head.weight")

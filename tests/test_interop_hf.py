@@ -282,6 +282,31 @@ def test_import_of_an_hf_trained_classifier_keeps_the_encoder(source, tmp_path, 
     assert "cannot express" in caplog.text and "classifier.dense.weight" in caplog.text
 
 
+@pytest.mark.parametrize("architecture", ["ElectraModel", "ElectraForTokenClassification"])
+def test_other_electra_models_import_their_encoder(source, tmp_path, architecture, caplog):
+    md = model_dir_lib.read_model_dir(source)
+    export_model.export_huggingface(md, str(tmp_path / "hf"), "discriminator")
+    tensors, config = read_export(tmp_path / "hf")
+    tensors = {n: v for n, v in tensors.items() if n.startswith("electra.")}
+    if architecture == "ElectraModel":  # the bare model saves its parameters without a prefix
+        tensors = {n[len("electra."):]: v for n, v in tensors.items()}
+    else:
+        tensors["classifier.weight"] = np.zeros([5, H], np.float32)
+    st_numpy.save_file(tensors, str(tmp_path / "hf" / "model.safetensors"),
+                       metadata={"format": "pt"})
+    config["architectures"] = [architecture]
+    with open(tmp_path / "hf" / "config.json", "w") as f:
+        json.dump(config, f)
+    with caplog.at_level("INFO"):
+        imported = export_model.import_huggingface(str(tmp_path / "hf"), str(tmp_path / "back"))
+    ours = checkpoint.read_all(md.checkpoint)
+    assert sorted(imported) == sorted(n for n in ours if n.startswith("electra/")
+                                      and not n.endswith("adam_m"))
+    for name, value in imported.items():
+        np.testing.assert_array_equal(value, ours[name], err_msg=name)
+    assert "imported the encoder only" in caplog.text
+
+
 def test_import_refuses_pickles_and_existing_outputs(source, tmp_path):
     md = model_dir_lib.read_model_dir(source)
     out = tmp_path / "disc"
