@@ -12,7 +12,8 @@ one-task classifier (ElectraForSequenceClassification) with export_model.py's fu
 peer load each with `from_pretrained` and its tokenizer with AutoTokenizer, and prints the max
 absolute difference between their logits and ours on one sentence (last stdout line: JSON).
 "generator_tanh_gelu" repeats the generator with HF's hard-coded exact GELU in the generator
-head swapped for the tanh form ours uses: what remains is float rounding.
+head swapped for the tanh form ours uses: what remains is float rounding. "imported_*" go the
+other way: the library's own save_pretrained output, imported with export_model.py, run here.
 Without --model-dir every weight (LayerNorm and biases included) is random, so each mapping
 matters; the classifier head is random too.
 """
@@ -49,6 +50,8 @@ for kind, path in job["dirs"].items():
         logits = model(**enc).logits
     out[kind] = {"input_ids": enc["input_ids"][0].tolist(), "logits": logits[0].tolist(),
                  "tokenizer": type(tok).__name__, "hidden_act": model.config.hidden_act}
+    model.save_pretrained(path + "_resaved")  # written by the library itself, for the import check
+    tok.save_pretrained(path + "_resaved")
     if kind == "generator":
         # HF's generator head hard-codes the exact GELU; with the tanh form the gap should vanish.
         from transformers.activations import ACT2FN
@@ -161,6 +164,17 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"dirs": dirs, "sentence": args.sentence}, open(job, "w"))
         subprocess.run([args.peer_python, "-c", PEER_SCRIPT, job, answer], check=True)
         theirs = json.load(open(answer))
+        # The other direction: what the library saved, imported here, computes the same.
+        imported = os.path.join(work, "imported")
+        export_model.import_huggingface(dirs["discriminator"] + "_resaved", imported,
+                                        generator_dir=(dirs["generator"] + "_resaved"
+                                                       if "generator" in dirs else None))
+        back = our_logits(imported, None, args.sentence)
+    ours["imported_discriminator"] = back["discriminator"]
+    theirs["imported_discriminator"] = theirs["discriminator"]
+    if "generator" in back:  # ours runs the tanh GELU: compare with HF's head using it too
+        ours["imported_generator"] = back["generator"]
+        theirs["imported_generator"] = theirs["generator_tanh_gelu"]
     summary = {"sentence": args.sentence, "tokens": len(ours["input_ids"])}
     ours["generator_tanh_gelu"] = ours.get("generator")
     for kind, peer in theirs.items():
@@ -169,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         scale = float(np.max(np.abs(ours[kind])))
         summary[kind] = {"max_abs_diff": diff, "max_abs_logit": scale, "same_input_ids": same_ids,
                          "hf_tokenizer": peer["tokenizer"], "hf_hidden_act": peer["hidden_act"]}
-        print(f"{kind:>13}: max |HF - ours| = {diff:.3g} (logits up to {scale:.3g}); "
+        print(f"{kind:>22}: max |HF - ours| = {diff:.3g} (logits up to {scale:.3g}); "
               f"token ids {'identical' if same_ids else 'DIFFER'} ({peer['tokenizer']})")
     print(json.dumps(summary))
     return 0
