@@ -95,7 +95,7 @@ class FinetuningConfig(HParams):
     # locations (derived from data_dir and model_name unless given)
     raw_data_dir: str | None = hp(None, "task data dir pattern; default <data_dir>/finetuning_data/{task}")
     vocab_file: str | None = hp(None, "default <model_dir>/vocab.txt, else <data_dir>/vocab.txt")
-    init_checkpoint: str | None = hp(None, "pre-trained weights (ours or official); default <data_dir>/models/<model_name>")
+    init_checkpoint: str | None = hp(None, "pre-trained weights (ours or official; a dir or a checkpoint prefix); default <data_dir>/models/<model_name>; \"\" for random init. Its bert_config.json, if any, sets the architecture")
     model_dir: str | None = hp(None, "default <data_dir>/models/<model_name>/finetuning_models/<tasks>_model")
     results_txt: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.txt")
     results_json: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.json")
@@ -180,9 +180,25 @@ class FinetuningConfig(HParams):
                 f"max_seq_length ({self.max_seq_length}) exceeds max_position_embeddings "
                 f"({bert.max_position_embeddings}) of the model")
 
+    def pretrained_bert_config_file(self) -> str | None:
+        """bert_config.json next to the initial checkpoint (our model dirs write one), if any."""
+        if not self.init_checkpoint:
+            return None
+        directory = (self.init_checkpoint if os.path.isdir(self.init_checkpoint)
+                     else os.path.dirname(self.init_checkpoint))
+        path = os.path.join(directory, "bert_config.json")
+        return path if os.path.isfile(path) else None
+
     def bert_config(self) -> modeling.BertConfig:
-        return modeling.get_bert_config(self.model_size, self.vocab_size, self.embedding_size,
-                                        self.model_hparam_overrides, self.debug)
+        """The encoder's architecture: the pre-trained model's bert_config.json when it has one
+        (so custom architectures need not be repeated), else the model size; then the overrides."""
+        path = self.pretrained_bert_config_file()
+        if path is None:
+            return modeling.get_bert_config(self.model_size, self.vocab_size, self.embedding_size,
+                                            self.model_hparam_overrides, self.debug)
+        values = modeling.BertConfig.from_json_file(path).to_dict()
+        values.update(self.model_hparam_overrides)
+        return modeling.BertConfig.from_dict(values, where=f"{path} + model_hparam_overrides")
 
 
 def hparams_reference() -> list[tuple[str, str, Any, str]]:

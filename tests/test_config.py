@@ -95,3 +95,22 @@ def test_every_hparam_has_a_meaning():
     for cls in (PretrainingConfig, FinetuningConfig):
         for name, _, _, meaning in cls.describe():
             assert meaning, f"{cls.__name__}.{name} has no help text"
+
+
+def test_finetuning_reads_the_pretrained_architecture(tmp_path):
+    from model import modeling
+    model_dir = tmp_path / "models" / "tiny"
+    model_dir.mkdir(parents=True)
+    saved = modeling.BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2,
+                                num_attention_heads=2, intermediate_size=256, embedding_size=32)
+    (model_dir / "bert_config.json").write_text(saved.to_json_string())
+    c = FinetuningConfig.from_hparams("tiny", str(tmp_path), {"task_names": ["sst"]})
+    assert c.bert_config() == saved
+    dropped = FinetuningConfig.from_hparams(
+        "tiny", str(tmp_path), {"task_names": ["sst"],
+                                "model_hparam_overrides": {"hidden_dropout_prob": 0.2}})
+    assert dropped.bert_config().hidden_dropout_prob == 0.2
+    assert dropped.bert_config().hidden_size == 64
+    random_init = FinetuningConfig.from_hparams("tiny", str(tmp_path), {"task_names": ["sst"],
+                                                                         "init_checkpoint": ""})
+    assert random_init.bert_config().hidden_size == 256  # the model size's (small) architecture
