@@ -1,4 +1,4 @@
-"""Exports a model to Hugging Face files or a TF SavedModel, and imports Hugging Face ELECTRA weights.
+"""Exports models to Hugging Face files or a TF SavedModel; imports Hugging Face ELECTRA weights.
 
 Export (the model dir is a pre-training dir, a fine-tuning trial dir, or an official release dir):
 
@@ -19,7 +19,8 @@ run_finetuning.py can start from, with bert_config.json, vocab.txt and a checkpo
 
     python export_model.py --import-dir electra-small-discriminator --format huggingface \\
         --output DATA/models/hf_small [--import-generator electra-small-generator]
-    python run_finetuning.py --data-dir DATA --model-name hf_small --hparams '{"task_names": ["sst"]}'
+    python run_finetuning.py --data-dir DATA --model-name hf_small \\
+        --hparams '{"task_names": ["sst"], ...the architecture hparams the import prints}'
 
 Hugging Face files: config.json (ElectraConfig keys; hidden_act "gelu_new", the tanh GELU this
 code computes), model.safetensors (HF names, linear weights [out, in]), vocab.txt,
@@ -84,8 +85,8 @@ def _tokenizer_files(directory: str, vocab_file: str, do_lower_case: bool,
     vocab = tokenization.load_vocab(vocab_file)
     missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in vocab]
     if missing:
-        raise ValueError(f"vocabulary {vocab_file} lacks {missing}; a Hugging Face ElectraTokenizer "
-                         "needs the BERT special tokens")
+        raise ValueError(f"vocabulary {vocab_file} lacks {missing}; a Hugging Face "
+                         "ElectraTokenizer needs the BERT special tokens")
     shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
     special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                "cls_token": "[CLS]", "mask_token": "[MASK]"}
@@ -152,7 +153,8 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
         metadata.update(head_metadata)
         labels = _task_labels(md, task, int(tensors[f"task_specific/{task}/dense/kernel"].shape[1]))
     else:
-        raise ValueError(f"unknown --model {kind!r}; expected discriminator, generator or classifier")
+        raise ValueError(f"unknown --model {kind!r}; expected discriminator, generator or "
+                         "classifier")
     expected = hf.expected_hf_shapes(config, kind, len(labels or []))
     got = {n: tuple(v.shape) for n, v in weights.items()}
     if got != expected:  # a mapping bug, never user error: refuse to write a broken export

@@ -1,4 +1,4 @@
-"""Scores text with a pre-trained ELECTRA discriminator: how likely each token is to be a replacement.
+"""Scores text with a pre-trained ELECTRA discriminator: how likely each token is a replacement.
 
     python score_text.py --model-dir DATA/models/small "the chef cooked the meal"
     python score_text.py --model-dir DATA/models/small "the chef ate the meal" "a second text"

@@ -4,16 +4,17 @@ Pure numpy: tensors in, tensors out; nothing here builds a model or touches the 
 
 Parameter names follow `transformers/models/electra/modeling_electra.py`:
 
-  ours (TF1 names, kernels [in, out])                  Hugging Face (torch names, weights [out, in])
-  <scope>/embeddings/word_embeddings [V, E]            electra.embeddings.word_embeddings.weight
-  <scope>/embeddings/LayerNorm/gamma, beta             electra.embeddings.LayerNorm.weight, .bias
-  <scope>/embeddings_project/kernel [E, H]             electra.embeddings_project.weight [H, E]
-  <scope>/encoder/layer_3/attention/self/query/kernel  electra.encoder.layer.3.attention.self.query.weight
-  discriminator_predictions/dense, dense_1             discriminator_predictions.dense, .dense_prediction
-  generator_predictions/dense, LayerNorm               generator_predictions.dense, .LayerNorm
-  generator_predictions/output_bias [V]                generator_lm_head.bias (its weight is the tied
-                                                       word-embedding table)
-  task_specific/<task>/dense [H, C]                    classifier.out_proj (see below)
+  ours (TF1 names, kernels [in, out])     Hugging Face (torch names, weights [out, in])
+  <scope>/embeddings/word_embeddings      electra.embeddings.word_embeddings.weight
+  <scope>/embeddings/LayerNorm/gamma      electra.embeddings.LayerNorm.weight (beta: .bias)
+  <scope>/embeddings_project/kernel       electra.embeddings_project.weight ([E, H] -> [H, E])
+  <scope>/encoder/layer_3/attention/self/query/kernel
+                                          electra.encoder.layer.3.attention.self.query.weight
+  discriminator_predictions/dense         discriminator_predictions.dense
+  discriminator_predictions/dense_1       discriminator_predictions.dense_prediction
+  generator_predictions/dense, LayerNorm  generator_predictions.dense, .LayerNorm
+  generator_predictions/output_bias       generator_lm_head.bias (its weight: the tied table)
+  task_specific/<task>/dense [H, C]       classifier.out_proj (see below)
 
 `<scope>` is `electra` for the discriminator and `generator` for the generator; the HF model
 always calls its encoder `electra`. A generator that shares the discriminator's embeddings takes
@@ -101,7 +102,8 @@ def encoder_pairs(config: modeling.BertConfig, scope: str,
         for part in ("query", "key", "value"):
             pairs += _dense(f"{ours}/attention/self/{part}", f"{hf}.attention.self.{part}")
         pairs += _dense(f"{ours}/attention/output/dense", f"{hf}.attention.output.dense")
-        pairs += _layer_norm(f"{ours}/attention/output/LayerNorm", f"{hf}.attention.output.LayerNorm")
+        pairs += _layer_norm(f"{ours}/attention/output/LayerNorm",
+                             f"{hf}.attention.output.LayerNorm")
         pairs += _dense(f"{ours}/intermediate/dense", f"{hf}.intermediate.dense")
         pairs += _dense(f"{ours}/output/dense", f"{hf}.output.dense")
         pairs += _layer_norm(f"{ours}/output/LayerNorm", f"{hf}.output.LayerNorm")
@@ -110,7 +112,8 @@ def encoder_pairs(config: modeling.BertConfig, scope: str,
 
 def discriminator_head_pairs() -> list[Pair]:
     return (_dense("discriminator_predictions/dense", "discriminator_predictions.dense")
-            + _dense("discriminator_predictions/dense_1", "discriminator_predictions.dense_prediction"))
+            + _dense("discriminator_predictions/dense_1",
+                     "discriminator_predictions.dense_prediction"))
 
 
 def generator_head_pairs() -> list[Pair]:
@@ -120,7 +123,8 @@ def generator_head_pairs() -> list[Pair]:
             + [Pair("generator_predictions/output_bias", "generator_lm_head.bias", False)])
 
 
-def _convert(tensors: dict[str, np.ndarray], pairs: list[Pair], where: str) -> dict[str, np.ndarray]:
+def _convert(tensors: dict[str, np.ndarray], pairs: list[Pair],
+             where: str) -> dict[str, np.ndarray]:
     missing = [p.ours for p in pairs if p.ours not in tensors]
     if missing:
         shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
@@ -152,7 +156,8 @@ def hf_config(config: modeling.BertConfig, kind: str, pad_token_id: int = 0,
               labels: list[str] | None = None, task_name: str | None = None) -> dict:
     """config.json for `kind` ("discriminator", "generator" or "classifier")."""
     if kind not in ARCHITECTURES:
-        raise ConversionError(f"unknown model kind {kind!r}; expected one of {sorted(ARCHITECTURES)}")
+        raise ConversionError(f"unknown model kind {kind!r}; expected one of "
+                              f"{sorted(ARCHITECTURES)}")
     if config.hidden_act not in ACT_TO_HF:
         raise ConversionError(f"hidden_act {config.hidden_act!r} has no Hugging Face equivalent")
     values = {
@@ -194,7 +199,8 @@ def hf_config(config: modeling.BertConfig, kind: str, pad_token_id: int = 0,
     return values
 
 
-def bert_config_from_hf(values: dict, where: str = "config.json") -> tuple[modeling.BertConfig, list[str]]:
+def bert_config_from_hf(values: dict, where: str = "config.json"
+                        ) -> tuple[modeling.BertConfig, list[str]]:
     """(our BertConfig, notes) from an HF ElectraConfig dict; notes say what is approximated."""
     if values.get("model_type") != "electra":
         raise ConversionError(f"{where}: model_type is {values.get('model_type')!r}, not 'electra'")
@@ -211,7 +217,8 @@ def bert_config_from_hf(values: dict, where: str = "config.json") -> tuple[model
         notes.append(f"layer_norm_eps {eps} is used here as 1e-12")
     if values.get("position_embedding_type", "absolute") != "absolute":
         raise ConversionError(f"{where}: position_embedding_type "
-                              f"{values['position_embedding_type']!r} is not supported (absolute only)")
+                              f"{values['position_embedding_type']!r} is not supported "
+                              "(absolute only)")
     try:
         config = modeling.BertConfig(
             vocab_size=int(values["vocab_size"]),
@@ -357,7 +364,8 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
     elif kind == "generator":
         pairs += generator_head_pairs()
     elif kind not in ("classifier", "encoder"):
-        raise ConversionError(f"unknown model kind {kind!r}; expected one of {sorted(ARCHITECTURES)}")
+        raise ConversionError(f"unknown model kind {kind!r}; expected one of "
+                              f"{sorted(ARCHITECTURES)}")
     out = _convert_back(hf, pairs, f"{ARCHITECTURES.get(kind, 'ElectraModel')} import")
     used = {p.hf for p in pairs}
     if kind == "generator" and "generator_lm_head.weight" in hf:
@@ -371,7 +379,8 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
         notes += head_notes
         if head:
             out.update(head)
-            used |= {f"classifier.{p}.{w}" for p in ("dense", "out_proj") for w in ("weight", "bias")}
+            used |= {f"classifier.{p}.{w}" for p in ("dense", "out_proj")
+                     for w in ("weight", "bias")}
     for name, value in out.items():
         if value.dtype != np.float32:
             out[name] = value.astype(np.float32)

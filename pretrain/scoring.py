@@ -50,7 +50,8 @@ class ReplacedTokenScorer(tf.Module):
             if generator_scope == "electra":
                 self.generator = self.discriminator
             else:
-                shared = self.discriminator.embeddings if generator_embeddings == "electra" else None
+                shared = (self.discriminator.embeddings if generator_embeddings == "electra"
+                          else None)
                 self.generator = modeling.BertModel(generator_config, generator_scope,
                                                     embeddings=shared)
             table = self.generator.embeddings.word_embeddings

@@ -178,7 +178,8 @@ def test_config_and_tokenizer_files(source, tmp_path):
                      "tokenizer_config.json", "vocab.txt"]
     tok = json.load(open(tmp_path / "disc" / "tokenizer_config.json"))
     assert tok["tokenizer_class"] == "ElectraTokenizer" and tok["do_lower_case"] is True
-    assert open(tmp_path / "disc" / "vocab.txt").read() == open(os.path.join(source, "vocab.txt")).read()
+    with open(tmp_path / "disc" / "vocab.txt") as a, open(os.path.join(source, "vocab.txt")) as b:
+        assert a.read() == b.read()
     # transformers refuses safetensors files whose metadata lacks format=pt.
     from safetensors import safe_open
     with safe_open(str(tmp_path / "disc" / "model.safetensors"), framework="numpy") as f:
@@ -255,7 +256,8 @@ def test_round_trip_classifier_and_head_equivalence(source, tmp_path):
     erf = np.vectorize(math.erf)
     hidden = cls @ tensors["classifier.dense.weight"].T + tensors["classifier.dense.bias"]
     hidden = 0.5 * hidden * (1.0 + erf(hidden / math.sqrt(2.0)))
-    hf_logits = hidden @ tensors["classifier.out_proj.weight"].T + tensors["classifier.out_proj.bias"]
+    hf_logits = (hidden @ tensors["classifier.out_proj.weight"].T
+                 + tensors["classifier.out_proj.bias"])
     official = cls @ ours["task_specific/mnli/dense/kernel"] + ours["task_specific/mnli/dense/bias"]
     np.testing.assert_allclose(hf_logits, official, atol=1e-4)
 
