@@ -11,6 +11,7 @@ Re-running the same command resumes from the newest readable checkpoint, exactly
 optimizer slots, step and data position), whatever moment the previous run was killed at.
 """
 import argparse
+import dataclasses
 import filecmp
 import json
 import logging
@@ -90,7 +91,7 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
             shutil.copyfileobj(src, dst)
 
 
-def _restore_or_init(config: PretrainingConfig, trainer: Trainer, chief: bool) -> str:
+def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
     """Resumes from the model dir's newest readable checkpoint, else applies init_checkpoint."""
     latest = checkpoint.latest_valid(config.model_dir) if os.path.isdir(config.model_dir) else None
     saved_config = os.path.join(config.model_dir, CONFIG_FILE)
@@ -142,7 +143,7 @@ def run_eval(config: PretrainingConfig, trainer: Trainer, files: list[str], chie
 
 def _next_stop(step: int, config: PretrainingConfig) -> int:
     stops = [config.num_train_steps, step + max(1, config.iterations_per_loop)]
-    for every in (config.save_checkpoints_steps, config.eval_every_steps if config.do_eval else 0):
+    for every in (config.save_checkpoints_steps, config.eval_every_steps):
         if every and every > 0:
             stops.append((step // every + 1) * every)
     return min(stops)
@@ -199,8 +200,9 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
                         f"saved checkpoint {last_saved} (step {step}, loss "
                         f"{result.metrics['loss']:.4f}, lr {lr:.3g}, "
                         f"{tu.secs_to_str(time.time() - start)} this run)")
-            if config.do_eval and config.eval_every_steps > 0 and \
-                    step % config.eval_every_steps == 0 and not done:
+            # Periodic eval; the final one is do_eval's (after training).
+            if config.eval_every_steps > 0 and step % config.eval_every_steps == 0 and not (
+                    done and config.do_eval):
                 run_eval(config, trainer, files.eval, chief, writer)
     finally:
         progress.close()
@@ -231,11 +233,12 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     chief = distribution.is_chief(strategy)
     special_ids = load_special_ids(config)
     files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
-    if config.do_eval:
+    if config.do_eval or (config.do_train and config.eval_every_steps > 0):
         available = input_pipeline.count_records(files.eval)
         if available == 0:
-            raise ValueError("do_eval needs held-out data: set hparam eval_tfrecords, or build the "
-                             "data with held-out shards (metadata.json 'eval_files')")
+            raise ValueError("do_eval and eval_every_steps need held-out data: set hparam "
+                             "eval_tfrecords, or build the data with held-out shards "
+                             "(metadata.json 'eval_files')")
         needed = config.num_eval_steps * config.eval_batch_size
         if available < needed:
             log.info("held-out set has %d examples; %d eval batches of %d reuse some of them",
@@ -250,7 +253,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     try:
         trainer = Trainer(config, special_ids, strategy)
         _log_config(config, trainer)
-        how = _restore_or_init(config, trainer, chief)
+        how = _restore_or_init(config, trainer)
         log.info("%s; training files: %d, held-out files: %d", how, len(files.train),
                  len(files.eval))
         if config.do_train:
@@ -266,6 +269,11 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     finally:
         if lock is not None:
             lock.release()
+
+
+def evaluate(config: PretrainingConfig) -> dict:
+    """Evaluates the newest checkpoint of the model dir (or init_checkpoint) on held-out data."""
+    return train_or_eval(dataclasses.replace(config, do_train=False, do_eval=True))
 
 
 def train_one_step(config: PretrainingConfig) -> float:
