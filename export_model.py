@@ -7,7 +7,8 @@ Export (the model dir is a pre-training dir, a fine-tuning trial dir, or an offi
     # its generator -> ElectraForMaskedLM
     python export_model.py --model-dir DATA/models/small --format huggingface --model generator \\
         --output hf_gen
-    # a fine-tuned GLUE trial -> ElectraForSequenceClassification (default for trial dirs)
+    # a fine-tuned GLUE trial -> ElectraForSequenceClassification (default for trial dirs;
+    # a chunking trial -> ElectraForTokenClassification)
     python export_model.py --model-dir DATA/models/small/finetuning_models/sst_model_1 \\
         --format huggingface --output hf_sst
     # the same trial -> SavedModel with a serving signature on input_ids, input_mask, segment_ids
@@ -126,6 +127,22 @@ def _pick_task(tensors: dict, task: str | None) -> str:
     return task
 
 
+def _head_kind(task: str) -> str:
+    """"classifier" (one dense on [CLS]) or "tagger" (one dense per token) for a task's head."""
+    from finetune import task_builder
+    from finetune.classification import classification_tasks
+    from finetune.tagging import tagging_tasks
+
+    cls = task_builder.task_class(task)
+    if issubclass(cls, classification_tasks.SingleOutputTask):
+        return "classifier"
+    if issubclass(cls, tagging_tasks.TaggingTask):
+        return "tagger"
+    raise ValueError(f"task {task!r} ({cls.__name__}) has no Hugging Face head equivalent here "
+                     "(GLUE classification/regression -> ElectraForSequenceClassification, "
+                     "tagging -> ElectraForTokenClassification); use --format saved_model")
+
+
 def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None = None,
                        task: str | None = None, overwrite: bool = False) -> dict[str, tuple]:
     """Writes `md` as a Hugging Face ELECTRA directory; returns {HF name: shape}."""
@@ -149,7 +166,9 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
         weights = hf.generator_to_hf(tensors, config)
     elif kind == "classifier":
         task = _pick_task(tensors, task)
-        weights, head_metadata = hf.classifier_to_hf(tensors, config, task)
+        kind = _head_kind(task)
+        convert = hf.tagger_to_hf if kind == "tagger" else hf.classifier_to_hf
+        weights, head_metadata = convert(tensors, config, task)
         metadata.update(head_metadata)
         labels = _task_labels(md, task, int(tensors[f"task_specific/{task}/dense/kernel"].shape[1]))
     else:
@@ -340,8 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="directory to write (must not exist "
                                                         "unless --overwrite)")
     parser.add_argument("--model", choices=["discriminator", "generator", "classifier"],
-                        help="what to export to Hugging Face (default: classifier for trial dirs, "
-                             "else discriminator)")
+                        help="what to export to Hugging Face: discriminator, generator, or "
+                             "classifier = a trial's task head, as sequence or token "
+                             "classification by task (default: classifier for trial dirs, else "
+                             "discriminator)")
     parser.add_argument("--task", help="task head to export or import (default: the only one)")
     parser.add_argument("--checkpoint", help="checkpoint prefix (default: newest in --model-dir)")
     parser.add_argument("--vocab-file", help="vocabulary (default: the model dir's vocab.txt)")

@@ -14,8 +14,10 @@ The serving signature (`serving_default`, also the module's `serve` function):
            predictions int32 [batch, L]; a QA head its start/end scores over the L positions.
 
 L is the trial's max_seq_length, fixed (pad every row to it, as fine-tuning's featurization
-does): some heads (QA's beam over start positions) need a static length. Task features other
-than the three inputs only feed the losses; the signature fills them with zeros.
+does): some heads (QA's beam over start positions) need a static length. A tagger's position
+list (`<task>_labeled_positions`, the first piece of each word in training) becomes every
+position 0..L-1, so it predicts a label for every token; read a word's at its first piece. The
+other task features only feed the losses; the signature fills them with zeros.
 """
 import logging
 from typing import Sequence
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 INPUTS = ("input_ids", "input_mask", "segment_ids")
 # Head outputs that only make sense with labels.
 DROPPED_OUTPUTS = ("loss", "eid")
+# Task features that select token positions rather than carry labels (tagging heads).
+POSITION_FEATURE_SUFFIX = "_labeled_positions"
 
 
 def load_finetuned(md: model_dir_lib.ModelDir):
@@ -63,9 +67,13 @@ def load_finetuned(md: model_dir_lib.ModelDir):
     return config, tasks, model
 
 
-def _zeros_for(spec, batch_size):
+def _serving_feature(spec, batch_size):
+    """Every position for a position list, zeros for anything else (labels, ids, masks)."""
+    shape = [int(d) for d in spec.shape]
+    if spec.name.endswith(POSITION_FEATURE_SUFFIX) and len(shape) == 1:
+        return tf.tile(tf.range(shape[0], dtype=tf.int32)[tf.newaxis], [batch_size, 1])
     dtype = tf.int32 if spec.is_int_feature else tf.float32
-    return tf.zeros(tf.stack([batch_size] + [int(d) for d in spec.shape]), dtype)
+    return tf.zeros(tf.stack([batch_size] + shape), dtype)
 
 
 class ServingModule(tf.Module):
@@ -87,7 +95,7 @@ class ServingModule(tf.Module):
         features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
                     "task_id": tf.zeros([batch_size], tf.int32)}
         for spec in self._specs:
-            features[spec.name] = _zeros_for(spec, batch_size)
+            features[spec.name] = _serving_feature(spec, batch_size)
         _, outputs = self.model(features, training=False)
         feature_names = {s.name for s in self._specs}
         result = {}

@@ -14,7 +14,9 @@ Parameter names follow `transformers/models/electra/modeling_electra.py`:
   discriminator_predictions/dense_1       discriminator_predictions.dense_prediction
   generator_predictions/dense, LayerNorm  generator_predictions.dense, .LayerNorm
   generator_predictions/output_bias       generator_lm_head.bias (its weight: the tied table)
-  task_specific/<task>/dense [H, C]       classifier.out_proj (see below)
+  task_specific/<task>/dense [H, C]       classifier.out_proj (sequence classification, below)
+                                          classifier (token classification: the same single
+                                          dense layer on every token, an exact match)
 
 `<scope>` is `electra` for the discriminator and `generator` for the generator; the HF model
 always calls its encoder `electra`. A generator that shares the discriminator's embeddings takes
@@ -55,7 +57,8 @@ ACT_TO_HF = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "line
 ACT_FROM_HF = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu", "relu": "relu",
                "tanh": "tanh", "linear": "linear"}
 ARCHITECTURES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM",
-                 "classifier": "ElectraForSequenceClassification"}
+                 "classifier": "ElectraForSequenceClassification",
+                 "tagger": "ElectraForTokenClassification"}
 KIND_OF_ARCHITECTURE = {v: k for k, v in ARCHITECTURES.items()}
 HEAD_METADATA_KEY = "electra_official_head"
 # Margin above the LayerNorm bound for the identity-GELU trick: erf(8 / sqrt 2) == 1.0 in float32.
@@ -187,15 +190,18 @@ def hf_config(config: modeling.BertConfig, kind: str, pad_token_id: int = 0,
         "use_cache": True,
         "torch_dtype": "float32",
     }
-    if kind == "classifier":
+    if kind in ("classifier", "tagger"):
         if not labels:
-            raise ConversionError("a classifier export needs its label names")
+            raise ConversionError(f"a {kind} export needs its label names")
         values["id2label"] = {str(i): str(label) for i, label in enumerate(labels)}
         values["label2id"] = {str(label): i for i, label in enumerate(labels)}
+        values["finetuning_task"] = task_name
+    if kind == "classifier":
         values["problem_type"] = ("regression" if len(labels) == 1
                                   else "single_label_classification")
-        values["finetuning_task"] = task_name
         values["classifier_dropout"] = 0.0  # see the module docstring: dropout would drop the shift
+    if kind == "tagger":
+        values["classifier_dropout"] = 0.1  # the official heads' dropout
     return values
 
 
@@ -286,21 +292,38 @@ def classifier_shift(tensors: dict[str, np.ndarray], config: modeling.BertConfig
     return np.exp2(np.ceil(np.log2(shift))).astype(np.float32)
 
 
-def classifier_to_hf(tensors: dict[str, np.ndarray], config: modeling.BertConfig,
-                     task_name: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """ElectraForSequenceClassification parameters and safetensors metadata for one task head."""
-    out = _convert(tensors, encoder_pairs(config, "electra"), "classifier export")
+def _task_dense(tensors: dict[str, np.ndarray], config: modeling.BertConfig,
+                task_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(kernel [H, C], bias [C]) of the single-dense head `task_specific/<task>/dense`."""
     kernel_name = f"task_specific/{task_name}/dense/kernel"
     bias_name = f"task_specific/{task_name}/dense/bias"
     if kernel_name not in tensors or bias_name not in tensors:
         heads = sorted({n.split("/")[1] for n in tensors if n.startswith("task_specific/")})
         raise ConversionError(f"no single-dense head for task {task_name!r} (task heads in the "
                               f"checkpoint: {heads or 'none'})")
-    kernel = np.asarray(tensors[kernel_name], np.float32)  # [H, C]
-    bias = np.asarray(tensors[bias_name], np.float32)  # [C]
+    kernel = np.asarray(tensors[kernel_name], np.float32)
+    bias = np.asarray(tensors[bias_name], np.float32)
     if kernel.shape[0] != config.hidden_size:
         raise ConversionError(f"{kernel_name} has shape {list(kernel.shape)}; expected "
                               f"[{config.hidden_size}, num_labels]")
+    return kernel, bias
+
+
+def tagger_to_hf(tensors: dict[str, np.ndarray], config: modeling.BertConfig,
+                 task_name: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """ElectraForTokenClassification: the official tagging head is the same per-token dense."""
+    out = _convert(tensors, encoder_pairs(config, "electra"), "tagger export")
+    kernel, bias = _task_dense(tensors, config, task_name)
+    out["classifier.weight"] = np.ascontiguousarray(kernel.T)
+    out["classifier.bias"] = bias
+    return out, {HEAD_METADATA_KEY: json.dumps({"task": task_name})}
+
+
+def classifier_to_hf(tensors: dict[str, np.ndarray], config: modeling.BertConfig,
+                     task_name: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """ElectraForSequenceClassification parameters and safetensors metadata for one task head."""
+    out = _convert(tensors, encoder_pairs(config, "electra"), "classifier export")
+    kernel, bias = _task_dense(tensors, config, task_name)  # [H, C], [C]
     shift = classifier_shift(tensors, config)
     out["classifier.dense.weight"] = np.eye(config.hidden_size, dtype=np.float32)
     out["classifier.dense.bias"] = shift
@@ -350,7 +373,8 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
     "discriminator": encoder under `scope` + discriminator_predictions/ (if present);
     "generator": encoder under `scope` (e.g. "generator") + generator_predictions/;
     "classifier": encoder + task_specific/<task>/dense when the HF head is our exported
-    identity+shift form (else the head is reported unused).
+    identity+shift form (else the head is reported unused); "tagger": encoder +
+    task_specific/<task>/dense from the token-classification layer.
     """
     hf = _normalise_hf_names(hf_tensors)
     pairs = encoder_pairs(config, scope)
@@ -363,7 +387,7 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
             notes.append("no discriminator_predictions head in the HF weights: encoder only")
     elif kind == "generator":
         pairs += generator_head_pairs()
-    elif kind not in ("classifier", "encoder"):
+    elif kind not in ("classifier", "tagger", "encoder"):
         raise ConversionError(f"unknown model kind {kind!r}; expected one of "
                               f"{sorted(ARCHITECTURES)}")
     out = _convert_back(hf, pairs, f"{ARCHITECTURES.get(kind, 'ElectraModel')} import")
@@ -374,6 +398,12 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
                               hf[f"{HF_PREFIX}.embeddings.word_embeddings.weight"]):
             notes.append("generator_lm_head.weight differs from the word embeddings; the output "
                          "layer here is tied to the embeddings (as ELECTRA), so it is dropped")
+    if kind == "tagger":
+        task = _head_task(metadata or {}, task_name)
+        head = _convert_back(hf, _dense(f"task_specific/{task}/dense", "classifier"),
+                             "ElectraForTokenClassification import")
+        out.update(head)
+        used |= {"classifier.weight", "classifier.bias"}
     if kind == "classifier":
         head, head_notes = _classifier_from_hf(hf, config, metadata or {}, task_name)
         notes += head_notes
@@ -401,10 +431,7 @@ def _classifier_from_hf(hf: dict[str, np.ndarray], config: modeling.BertConfig,
                     "which the official single-dense head cannot express: imported the encoder "
                     "only; fine-tune a new head here"]
     info = json.loads(metadata.get(HEAD_METADATA_KEY, "{}"))
-    task = task_name or info.get("task")
-    if not task:
-        raise ConversionError("the classifier's task name is unknown: pass --task (it names the "
-                              "head's variables task_specific/<task>/)")
+    task = _head_task(metadata, task_name)
     kernel = np.ascontiguousarray(out_w.T).astype(np.float32)  # [H, C]
     bias = (out_b.astype(np.float64) + kernel.astype(np.float64).T @ shift.astype(np.float64))
     exact = info.get("bias")
@@ -413,6 +440,14 @@ def _classifier_from_hf(hf: dict[str, np.ndarray], config: modeling.BertConfig,
     head = {f"task_specific/{task}/dense/kernel": kernel,
             f"task_specific/{task}/dense/bias": bias.astype(np.float32)}
     return head, []
+
+
+def _head_task(metadata: dict[str, str], task_name: str | None) -> str:
+    task = task_name or json.loads(metadata.get(HEAD_METADATA_KEY, "{}")).get("task")
+    if not task:
+        raise ConversionError("the head's task name is unknown: pass --task (it names the "
+                              "head's variables task_specific/<task>/)")
+    return task
 
 
 def expected_hf_shapes(config: modeling.BertConfig, kind: str,
@@ -456,6 +491,8 @@ def expected_hf_shapes(config: modeling.BertConfig, kind: str,
                        "generator_predictions.LayerNorm.weight": (e,),
                        "generator_predictions.LayerNorm.bias": (e,),
                        "generator_lm_head.weight": (v, e), "generator_lm_head.bias": (v,)})
+    elif kind == "tagger":
+        shapes.update({"classifier.weight": (num_labels, h), "classifier.bias": (num_labels,)})
     elif kind == "classifier":
         shapes.update({"classifier.dense.weight": (h, h), "classifier.dense.bias": (h,),
                        "classifier.out_proj.weight": (num_labels, h),

@@ -109,6 +109,11 @@ def test_tagger_and_qa_heads_export_too(tmp_path):
     assert {"sst_probabilities", "chunk_predictions", "squad_start_logits",
             "squad_end_logits"} <= set(served)
     assert served["chunk_predictions"].shape == [3, 32]
+    # The tagger labels every token: its dense layer on each position's encoding.
+    encoded = model.encoder(ids, tf.ones_like(ids), segments, training=False).sequence_output
+    tagger = model.heads[1].dense
+    np.testing.assert_array_equal(served["chunk_predictions"].numpy(),
+                                  np.argmax(tagger(encoded).numpy(), -1))
     for key in served:
         np.testing.assert_allclose(served[key].numpy(), live[key].numpy(), rtol=1e-5,
                                    atol=1e-5, err_msg=key)

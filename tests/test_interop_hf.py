@@ -113,21 +113,22 @@ def pretrained_dir(root) -> str:
     return path
 
 
-def trial_dir(root, source: str, labels: int = 3) -> str:
-    """A fine-tuning trial of task "mnli" (3 labels) on the encoder of `source`."""
+def trial_dir(root, source: str, labels: int = 3, task: str = "mnli") -> str:
+    """A fine-tuning trial of `task` (mnli: 3 labels) on the encoder of `source`."""
     md = model_dir_lib.read_model_dir(source)
     tensors = {n: v for n, v in checkpoint.read_all(md.checkpoint).items()
                if n.startswith("electra/") and not n.endswith(("adam_m", "adam_v"))}
     rng = np.random.default_rng(1)
-    tensors["task_specific/mnli/dense/kernel"] = rng.normal(0, 0.5, [H, labels]).astype(np.float32)
-    tensors["task_specific/mnli/dense/bias"] = rng.normal(0, 0.5, [labels]).astype(np.float32)
-    tensors["task_specific/mnli/dense/kernel/adam_m"] = np.zeros([H, labels], np.float32)
+    head = f"task_specific/{task}/dense"
+    tensors[f"{head}/kernel"] = rng.normal(0, 0.5, [H, labels]).astype(np.float32)
+    tensors[f"{head}/bias"] = rng.normal(0, 0.5, [labels]).astype(np.float32)
+    tensors[f"{head}/kernel/adam_m"] = np.zeros([H, labels], np.float32)
     tensors["global_step"] = np.int64(3)
-    path = os.path.join(source, "finetuning_models", "mnli_model_1")
+    path = os.path.join(source, "finetuning_models", f"{task}_model_1")
     checkpoint.CheckpointManager(path).save(tensors, 3)
     with open(os.path.join(path, "finetune_config.json"), "w") as f:
         json.dump({"bert_config": md.bert_config.to_dict(), "init": "pretrained",
-                   "training_settings": {"task_names": ["mnli"], "vocab_size": V,
+                   "training_settings": {"task_names": [task], "vocab_size": V,
                                          "max_seq_length": 16}}, f)
     return path
 
@@ -284,7 +285,7 @@ def test_import_of_an_hf_trained_classifier_keeps_the_encoder(source, tmp_path, 
     assert "cannot express" in caplog.text and "classifier.dense.weight" in caplog.text
 
 
-@pytest.mark.parametrize("architecture", ["ElectraModel", "ElectraForTokenClassification"])
+@pytest.mark.parametrize("architecture", ["ElectraModel", "ElectraForQuestionAnswering"])
 def test_other_electra_models_import_their_encoder(source, tmp_path, architecture, caplog):
     md = model_dir_lib.read_model_dir(source)
     export_model.export_huggingface(md, str(tmp_path / "hf"), "discriminator")
@@ -293,7 +294,7 @@ def test_other_electra_models_import_their_encoder(source, tmp_path, architectur
     if architecture == "ElectraModel":  # the bare model saves its parameters without a prefix
         tensors = {n[len("electra."):]: v for n, v in tensors.items()}
     else:
-        tensors["classifier.weight"] = np.zeros([5, H], np.float32)
+        tensors["qa_outputs.weight"] = np.zeros([2, H], np.float32)
     st_numpy.save_file(tensors, str(tmp_path / "hf" / "model.safetensors"),
                        metadata={"format": "pt"})
     config["architectures"] = [architecture]
@@ -307,6 +308,31 @@ def test_other_electra_models_import_their_encoder(source, tmp_path, architectur
     for name, value in imported.items():
         np.testing.assert_array_equal(value, ours[name], err_msg=name)
     assert "imported the encoder only" in caplog.text
+
+
+def test_tagger_maps_exactly_to_token_classification(source, tmp_path):
+    from finetune.tagging import tagging_tasks
+    labels = tagging_tasks.bioes_label_list(tagging_tasks.Chunking.chunk_types)
+    trial = trial_dir(tmp_path, source, labels=len(labels), task="chunk")
+    tmd = model_dir_lib.read_model_dir(trial, vocab_file=os.path.join(source, "vocab.txt"))
+    export_model.export_huggingface(tmd, str(tmp_path / "tagger"))
+    tensors, config = read_export(tmp_path / "tagger")
+    assert config["architectures"] == ["ElectraForTokenClassification"]
+    assert config["finetuning_task"] == "chunk"
+    assert [config["id2label"][str(i)] for i in range(len(labels))] == labels
+    # ElectraForTokenClassification: dropout + Linear(H, C) on every token, named "classifier".
+    expected = documented_params("discriminator", H, F)
+    expected = {n: s for n, s in expected.items() if n.startswith("electra.")}
+    expected.update({"classifier.weight": (len(labels), H), "classifier.bias": (len(labels),)})
+    assert {n: tuple(v.shape) for n, v in tensors.items()} == expected
+    ours = checkpoint.read_all(tmd.checkpoint)
+    np.testing.assert_array_equal(tensors["classifier.weight"],
+                                  ours["task_specific/chunk/dense/kernel"].T)
+    export_model.import_huggingface(str(tmp_path / "tagger"), str(tmp_path / "back"))
+    back = checkpoint.read_all(str(tmp_path / "back"))
+    for name, value in ours.items():
+        if name != "global_step" and not name.endswith("adam_m"):
+            np.testing.assert_array_equal(back[name], value, err_msg=name)
 
 
 def test_import_refuses_pickles_and_existing_outputs(source, tmp_path):

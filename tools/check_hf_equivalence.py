@@ -7,8 +7,9 @@ A measuring instrument, not part of the project: it needs the separate peer envi
     python tools/check_hf_equivalence.py --model-dir DATA/models/small   # a pre-trained model
     python tools/check_hf_equivalence.py --peer-python ../peer-venv/bin/python --sentence "..."
 
-Exports the discriminator (ElectraForPreTraining), the generator (ElectraForMaskedLM) and a
-one-task classifier (ElectraForSequenceClassification) with export_model.py's functions, has the
+Exports the discriminator (ElectraForPreTraining), the generator (ElectraForMaskedLM), a
+one-task classifier (ElectraForSequenceClassification) and a tagger
+(ElectraForTokenClassification) with export_model.py's functions, has the
 peer load each with `from_pretrained` and its tokenizer with AutoTokenizer, and prints the max
 absolute difference between their logits and ours on one sentence (last stdout line: JSON).
 "generator_tanh_gelu" repeats the generator with HF's hard-coded exact GELU in the generator
@@ -39,8 +40,10 @@ import torch
 from transformers import (AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining,
                           ElectraForSequenceClassification)
 job = json.load(open(sys.argv[1]))
+from transformers import ElectraForTokenClassification
 classes = {"discriminator": ElectraForPreTraining, "generator": ElectraForMaskedLM,
-           "classifier": ElectraForSequenceClassification}
+           "classifier": ElectraForSequenceClassification,
+           "tagger": ElectraForTokenClassification}
 out = {}
 for kind, path in job["dirs"].items():
     model = classes[kind].from_pretrained(path).eval()
@@ -86,20 +89,24 @@ def random_model_dir(path: str, vocab_file: str) -> None:
     io_utils.write_text(os.path.join(path, "bert_config.json"), disc.to_json_string())
     io_utils.write_text(os.path.join(path, "generator_config.json"), gen.to_json_string())
     io_utils.write_text(os.path.join(path, "vocab.txt"), open(vocab_file, encoding="utf-8").read())
-    # A fine-tuned SST-2 trial: the encoder plus a random two-label head.
-    trial = os.path.join(path, "finetuning_models", "sst_model_1")
-    head = {"task_specific/sst/dense/kernel": rng.normal(0, 0.5, [disc.hidden_size, 2]),
-            "task_specific/sst/dense/bias": rng.normal(0, 0.5, [2])}
+    # Fine-tuned trials: SST-2 (2 labels) and chunking (BIOES tags), random heads.
+    from finetune.tagging import tagging_tasks
+    num_tags = len(tagging_tasks.bioes_label_list(tagging_tasks.Chunking.chunk_types))
     encoder = {n: v for n, v in tensors.items() if n.startswith("electra/")}
-    checkpoint.CheckpointManager(trial).save(
-        dict(encoder, **{n: v.astype(np.float32) for n, v in head.items()}), 1)
-    io_utils.write_json(os.path.join(trial, "finetune_config.json"), {
-        "bert_config": disc.to_dict(), "init": "pretrained",
-        "training_settings": {"task_names": ["sst"], "model_size": "small",
-                              "vocab_size": vocab_size, "max_seq_length": 128}})
+    for task, labels in (("sst", 2), ("chunk", num_tags)):
+        trial = os.path.join(path, "finetuning_models", f"{task}_model_1")
+        head = {f"task_specific/{task}/dense/kernel": rng.normal(0, 0.5, [disc.hidden_size, labels]),
+                f"task_specific/{task}/dense/bias": rng.normal(0, 0.5, [labels])}
+        checkpoint.CheckpointManager(trial).save(
+            dict(encoder, **{n: v.astype(np.float32) for n, v in head.items()}), 1)
+        io_utils.write_json(os.path.join(trial, "finetune_config.json"), {
+            "bert_config": disc.to_dict(), "init": "pretrained",
+            "training_settings": {"task_names": [task], "model_size": "small",
+                                  "vocab_size": vocab_size, "max_seq_length": 128}})
 
 
-def our_logits(model_dir: str, trial_dir: str | None, sentence: str) -> dict:
+def our_logits(model_dir: str, trial_dir: str | None, sentence: str,
+               tagger_dir: str | None = None) -> dict:
     import tensorflow as tf
 
     import score_text
@@ -124,6 +131,11 @@ def our_logits(model_dir: str, trial_dir: str | None, sentence: str) -> dict:
         module = serving.ServingModule(model, tasks, ids.shape[1])  # sst: any length serves
         out = module.serve(tf.constant(ids), tf.constant(mask), tf.constant(segments))
         result["classifier"] = out["logits"].numpy()[0]
+    if tagger_dir:  # the official tagging head: one dense layer on every token
+        tmd = model_dir_lib.read_model_dir(tagger_dir, vocab_file=md.vocab_file)
+        _, _, model = serving.load_finetuned(tmd)
+        encoded = model.encoder(ids, mask, segments, training=False).sequence_output
+        result["tagger"] = model.heads[0].dense(encoded).numpy()[0]
     return result
 
 
@@ -133,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", help="pre-training model dir (default: random "
                                             "ELECTRA-Small weights)")
     parser.add_argument("--trial-dir", help="fine-tuning trial dir for the classifier check")
+    parser.add_argument("--tagger-dir", help="fine-tuning trial dir of a tagging task")
     parser.add_argument("--peer-python", default=DEFAULT_PEER)
     parser.add_argument("--sentence", default="The quick brown fox jumps over the lazy dog.")
     args = parser.parse_args(argv)
@@ -144,11 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     from model import model_dir as model_dir_lib
 
     with tempfile.TemporaryDirectory() as work:
-        model_dir, trial_dir = args.model_dir, args.trial_dir
+        model_dir, trial_dir, tagger_dir = args.model_dir, args.trial_dir, args.tagger_dir
         if model_dir is None:
             model_dir = os.path.join(work, "model")
             random_model_dir(model_dir, SHARED_VOCAB)
             trial_dir = os.path.join(model_dir, "finetuning_models", "sst_model_1")
+            tagger_dir = os.path.join(model_dir, "finetuning_models", "chunk_model_1")
         md = model_dir_lib.read_model_dir(model_dir)
         dirs = {"discriminator": os.path.join(work, "hf_disc")}
         export_model.export_huggingface(md, dirs["discriminator"], "discriminator")
@@ -159,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
             dirs["classifier"] = os.path.join(work, "hf_cls")
             tmd = model_dir_lib.read_model_dir(trial_dir, vocab_file=md.vocab_file)
             export_model.export_huggingface(tmd, dirs["classifier"], "classifier")
-        ours = our_logits(model_dir, trial_dir, args.sentence)
+        if tagger_dir:
+            dirs["tagger"] = os.path.join(work, "hf_tagger")
+            tmd = model_dir_lib.read_model_dir(tagger_dir, vocab_file=md.vocab_file)
+            export_model.export_huggingface(tmd, dirs["tagger"], "classifier")
+        ours = our_logits(model_dir, trial_dir, args.sentence, tagger_dir)
         job, answer = os.path.join(work, "job.json"), os.path.join(work, "answer.json")
         json.dump({"dirs": dirs, "sentence": args.sentence}, open(job, "w"))
         subprocess.run([args.peer_python, "-c", PEER_SCRIPT, job, answer], check=True)
