@@ -75,3 +75,11 @@ def test_reads_a_tf1_checkpoint_written_with_compat_v1_saver(tmp_path):
     checkpoint.restore(target, str(tmp_path / "tf1"))
     np.testing.assert_array_equal(target["electra/embeddings/word_embeddings"], np.ones([3, 2]))
     assert prefix.endswith("model.ckpt")
+
+
+def test_state_file_naming_a_remote_path_finds_the_local_checkpoint(tmp_path, caplog):
+    checkpoint.save_tensors(str(tmp_path / "electra_small"), variables())
+    (tmp_path / "checkpoint").write_text(
+        'model_checkpoint_path: "gs://electra-data/models/electra_small"\n')
+    assert checkpoint.resolve(str(tmp_path)) == str(tmp_path / "electra_small")
+    assert "unreadable" not in caplog.text

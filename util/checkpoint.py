@@ -75,7 +75,10 @@ def _state_paths(directory: str) -> list[str]:
     if state is None:
         return []
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+    # Released checkpoints' state files name where they were written (often gs://...); a
+    # checkpoint is looked for next to the state file whenever that path is not local.
+    return [p if os.path.isabs(p) and os.path.exists(p + ".index")
+            else os.path.join(directory, os.path.basename(p)) for p in paths]
 
 
 def latest_valid(directory: str) -> str | None:
