@@ -7,6 +7,7 @@ temporary prefix that is renamed into place, and the `checkpoint` state file is 
 A checkpoint that cannot be read back (torn by a crash, truncated) is reported and skipped in
 favour of the previous one.
 """
+import contextlib
 import glob
 import logging
 import os
@@ -21,6 +22,14 @@ from util import io_utils
 log = logging.getLogger(__name__)
 
 STATE_FILE = "checkpoint"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, read-only dir); nothing older was touched."""
+
+
+class UnreadableCheckpointsError(ValueError):
+    """A directory holds checkpoints but none of them reads back."""
 
 
 def checkpoint_name(variable: tf.Variable) -> str:
@@ -41,13 +50,23 @@ def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> 
     tmp_prefix = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(prefix)}")
     names = sorted(tensors)
     values = [tf.convert_to_tensor(tensors[n]) for n in names]
-    with tf.device("/cpu:0"):
-        tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names,
-                          shape_and_slices=[""] * len(names), tensors=values)
-    # Data shards first, index last: a prefix with an index is complete.
-    tmp_files = _files_of(tmp_prefix)
-    for path in sorted(tmp_files, key=lambda p: p.endswith(".index")):
-        os.replace(path, prefix + path[len(tmp_prefix):])
+    try:
+        with tf.device("/cpu:0"):
+            tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names,
+                              shape_and_slices=[""] * len(names), tensors=values)
+        # Data shards first, index last: a prefix with an index is complete.
+        tmp_files = _files_of(tmp_prefix)
+        for path in sorted(tmp_files, key=lambda p: p.endswith(".index")):
+            os.replace(path, prefix + path[len(tmp_prefix):])
+    except (OSError, tf.errors.OpError) as e:
+        # Disk full, read-only, quota: free what the attempt took, keep older checkpoints.
+        for path in _files_of(tmp_prefix):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        reason = e.message if isinstance(e, tf.errors.OpError) else str(e)
+        raise CheckpointWriteError(
+            f"cannot write checkpoint {prefix}: {reason.splitlines()[0][-300:]} (disk full or "
+            "read-only?); existing checkpoints are left as they were") from None
     return prefix
 
 
@@ -71,7 +90,13 @@ def is_readable(prefix: str) -> tuple[bool, str]:
 
 
 def _state_paths(directory: str) -> list[str]:
-    state = tf.train.get_checkpoint_state(directory)
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except Exception as e:  # noqa: BLE001 -- an empty or garbled state file raises ValueError,
+        # text-format ParseError or an OpError; the index files on disk are still usable.
+        log.warning("checkpoint state file in %s is unreadable (%s); looking at the checkpoint "
+                    "files themselves", directory, str(e).splitlines()[0][:200])
+        return []
     if state is None:
         return []
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
@@ -81,22 +106,39 @@ def _state_paths(directory: str) -> list[str]:
             else os.path.join(directory, os.path.basename(p)) for p in paths]
 
 
-def latest_valid(directory: str) -> str | None:
-    """Newest checkpoint in `directory` that reads back; corrupt newer ones are reported."""
+def _candidates(directory: str) -> list[str]:
+    """Complete checkpoints (those with an index file) in `directory`, newest step first."""
     candidates = _state_paths(directory)
     # Also consider complete checkpoints the state file does not list (a crash between rename
-    # and state update), newest step first.
+    # and state update).
     for index in glob.glob(os.path.join(glob.escape(directory), "*.index")):
         prefix = index[:-len(".index")]
         if not os.path.basename(prefix).startswith(".tmp-") and prefix not in candidates:
             candidates.append(prefix)
-    candidates.sort(key=_step_of, reverse=True)
-    for prefix in candidates:
+    candidates = [p for p in candidates if os.path.exists(p + ".index")]
+    return sorted(candidates, key=_step_of, reverse=True)
+
+
+def latest_valid(directory: str, strict: bool = False) -> str | None:
+    """Newest checkpoint in `directory` that reads back; corrupt newer ones are reported.
+
+    strict: when the directory holds checkpoints but none reads back, raise
+    UnreadableCheckpointsError instead of returning None (resuming would silently restart
+    from step 0 and later prune them).
+    """
+    reasons = []
+    for prefix in _candidates(directory):
         ok, reason = is_readable(prefix)
         if ok:
             return prefix
+        reasons.append(f"{os.path.basename(prefix)}: {reason}")
         log.warning("checkpoint %s is unreadable (%s); falling back to an older one", prefix,
                     reason)
+    if strict and reasons:
+        raise UnreadableCheckpointsError(
+            f"{directory} holds {len(reasons)} checkpoint(s) but none reads back ("
+            + "; ".join(reasons[:3]) + "). Refusing to start again from step 0: move them "
+            "away (or use another model dir) to start afresh")
     return None
 
 
@@ -165,7 +207,10 @@ class CheckpointManager:
     def save(self, tensors: Mapping[str, tf.Tensor | np.ndarray], step: int) -> str:
         prefix = os.path.join(self.directory, f"{self.basename}-{int(step)}")
         save_tensors(prefix, tensors)
-        kept = [p for p in _state_paths(self.directory) if p != prefix and os.path.exists(p + ".index")]
+        # Complete checkpoints on disk count too: one written just before a crash is complete
+        # but missing from the state file, and would otherwise never be pruned.
+        kept = [p for p in set(_state_paths(self.directory)) | set(self._own_prefixes())
+                if p != prefix and os.path.exists(p + ".index")]
         kept.append(prefix)
         kept.sort(key=_step_of)
         stale, kept = kept[:-self.max_to_keep], kept[-self.max_to_keep:]
@@ -174,14 +219,48 @@ class CheckpointManager:
         lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in kept]
         io_utils.write_text(os.path.join(self.directory, STATE_FILE), "\n".join(lines) + "\n")
         for old in stale:
-            for path in _files_of(old):
+            # Index first: a half-pruned checkpoint is then an incomplete one, never a torn one.
+            for path in sorted(_files_of(old), key=lambda p: not p.endswith(".index")):
                 os.remove(path)
+        self._remove_crash_debris(kept)
         return prefix
 
+    def _own_prefixes(self) -> list[str]:
+        pattern = os.path.join(glob.escape(self.directory), glob.escape(self.basename) + "-*.index")
+        return [p[:-len(".index")] for p in glob.glob(pattern)]
+
+    def _remove_crash_debris(self, kept: list[str]) -> None:
+        """Files a killed save left behind: temporaries of dead processes and data shards of
+        older steps without an index (a crash between the two renames)."""
+        newest = _step_of(kept[-1])
+        for path in glob.glob(os.path.join(glob.escape(self.directory),
+                                           f".tmp-*-{glob.escape(self.basename)}-*")):
+            match = re.match(r"\.tmp-(\d+)-", os.path.basename(path))
+            if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+        for path in glob.glob(os.path.join(glob.escape(self.directory),
+                                           glob.escape(self.basename) + "-*.data-*")):
+            prefix = path[:path.rindex(".data-")]
+            if not os.path.exists(prefix + ".index") and _step_of(prefix) < newest:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+
     def latest(self) -> str | None:
+        """Newest readable checkpoint; UnreadableCheckpointsError if there are only bad ones."""
         if not os.path.isdir(self.directory):
             return None
-        return latest_valid(self.directory)
+        return latest_valid(self.directory, strict=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable]:
