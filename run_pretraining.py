@@ -28,7 +28,7 @@ from model import tokenization
 from pretrain import input_pipeline
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
-from util import checkpoint, distribution, io_utils
+from util import checkpoint, distribution, io_utils, record_check
 from util import training_utils as tu
 from util.hparams import HParamError
 
@@ -93,7 +93,8 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
 
 def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
     """Resumes from the model dir's newest readable checkpoint, else applies init_checkpoint."""
-    latest = checkpoint.latest_valid(config.model_dir) if os.path.isdir(config.model_dir) else None
+    latest = (checkpoint.latest_valid(config.model_dir, strict=True)
+              if os.path.isdir(config.model_dir) else None)
     saved_config = os.path.join(config.model_dir, CONFIG_FILE)
     if latest is not None:
         if os.path.exists(saved_config):
@@ -124,6 +125,13 @@ def _write_eval(config: PretrainingConfig, metrics: dict, step: int) -> None:
     history = io_utils.read_json(history_path) if os.path.exists(history_path) else []
     history = [h for h in history if h.get("global_step") != step] + [results]
     io_utils.write_json(history_path, sorted(history, key=lambda h: h["global_step"]))
+
+
+def _has_eval(config: PretrainingConfig, step: int) -> bool:
+    history_path = os.path.join(os.path.dirname(config.results_json), HISTORY_FILE)
+    if not os.path.exists(history_path):
+        return False
+    return any(h.get("global_step") == step for h in io_utils.read_json(history_path))
 
 
 def run_eval(config: PretrainingConfig, trainer: Trainer, files: list[str], chief: bool,
@@ -163,6 +171,10 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
     last_saved = manager.latest()
     start = time.time()
     try:
+        if config.eval_every_steps > 0 and step % config.eval_every_steps == 0 and \
+                0 < step < config.num_train_steps and not _has_eval(config, step):
+            # The previous run stopped between this checkpoint and its eval: still owed.
+            run_eval(config, trainer, files.eval, chief, writer)
         while step < config.num_train_steps:
             loop_start = time.time()
             result = trainer.train_steps(iterator, _next_stop(step, config) - step)
@@ -256,15 +268,21 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         how = _restore_or_init(config, trainer)
         log.info("%s; training files: %d, held-out files: %d", how, len(files.train),
                  len(files.eval))
-        if config.do_train:
-            if chief:
-                prepare_model_dir(config, trainer)
-            train(config, trainer, files, chief, lock)
-        if config.do_eval:
-            if not config.do_train and checkpoint.latest_valid(config.model_dir) is None \
-                    and not config.init_checkpoint:
-                raise ValueError(f"do_eval: no checkpoint in {config.model_dir} to evaluate")
-            return run_eval(config, trainer, files.eval, chief)
+        try:
+            if config.do_train:
+                if chief:
+                    prepare_model_dir(config, trainer)
+                train(config, trainer, files, chief, lock)
+            if config.do_eval:
+                if not config.do_train and checkpoint.latest_valid(config.model_dir) is None \
+                        and not config.init_checkpoint:
+                    raise ValueError(f"do_eval: no checkpoint in {config.model_dir} to evaluate")
+                return run_eval(config, trainer, files.eval, chief)
+        except tf.errors.DataLossError as e:
+            raise record_check.damaged_file_error(
+                files.train + files.eval, e, "pre-training tfrecord file",
+                f". Stopped at step {trainer.global_step}; the checkpoints in {config.model_dir} "
+                "are left as they were") from None
         return None
     finally:
         if lock is not None:
@@ -301,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     except tu.NonFiniteError as e:
         log.error("%s", e)
         return 3
-    except (ValueError, FileNotFoundError, tu.RunLockError) as e:
+    except (ValueError, OSError, tu.RunLockError) as e:  # OSError: disk full, read-only
         log.error("%s", e)
         return 2
     return 0
