@@ -182,6 +182,18 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _process_start_time(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), from /proc; None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat", encoding="ascii") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 class RunLock:
     """An exclusive lock on a directory: `<directory>/<filename>` holding {pid, host, started}.
 
@@ -214,8 +226,16 @@ class RunLock:
             return "unreadable lock file" if age > 60 else None
         if host == self.host:
             if pid == os.getpid():
-                return None
-            return None if _pid_alive(pid) else f"pid {pid} on {host} is no longer running"
+                # Not held by us, so an earlier process with our pid wrote it: a restarted
+                # container's process often gets the same pid as the one that died.
+                return f"pid {pid} on {host} was an earlier process (this one has not locked)"
+            if not _pid_alive(pid):
+                return f"pid {pid} on {host} is no longer running"
+            started, owner_start = _process_start_time(pid), owner.get("started")
+            if started is not None and isinstance(owner_start, (int, float)) and \
+                    started > owner_start + 2.0:
+                return f"pid {pid} on {host} now belongs to a process started after the lock"
+            return None
         age = time.time() - os.path.getmtime(self.path)
         if age > self.stale_after_secs:
             return f"not refreshed for {secs_to_str(age)} (owner pid {pid} on {host})"
@@ -225,9 +245,7 @@ class RunLock:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         payload = json.dumps({"pid": os.getpid(), "host": self.host, "started": time.time()})
         for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
+            if not self._create(payload):
                 owner = self._owner()
                 if owner is None:
                     continue  # released meanwhile
@@ -242,11 +260,35 @@ class RunLock:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(self.path)
                 continue
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(payload)
             self.held = True
             return self
         raise RunLockError(f"could not acquire lock {self.path} (contended)")
+
+    def _create(self, payload: str) -> bool:
+        """Creates the lock file WITH its content in one step (a hard link of a written
+        temporary), so a process killed meanwhile never leaves an empty lock; False if the lock
+        exists. Falls back to exclusive create + write where hard links are unsupported."""
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(payload)
+            try:
+                os.link(tmp, self.path)
+                return True
+            except FileExistsError:
+                return False
+            except OSError:
+                pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(payload)
+        return True
 
     def heartbeat(self) -> None:
         """Refreshes the lock's mtime so runs on other hosts see it is alive."""
