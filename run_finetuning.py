@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     except training_utils.NonFiniteError as e:
         log.error("%s", e)
         return 3
-    except (ValueError, FileNotFoundError, training_utils.RunLockError) as e:
+    except (ValueError, OSError, training_utils.RunLockError) as e:  # OSError: disk full...
         log.error("%s", e)
         return 2
     return 0
