@@ -258,6 +258,26 @@ class _Prefixed:
         return True
 
 
+class _SizedReader:
+    """An archive member's data; running out before `size` bytes means a truncated archive."""
+
+    def __init__(self, stream, size: int, name: str):
+        self._stream = stream
+        self._remaining = size
+        self._name = name
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._remaining -= len(data)
+        if not data and self._remaining > 0 and size != 0:
+            raise CorpusError(f"{self._name}: the archive ends {self._remaining} bytes before the "
+                              f"end of this member (truncated download?)")
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+
 def _read_head(stream, size: int = 512) -> bytes:
     head = b""
     while len(head) < size:
@@ -357,7 +377,9 @@ def _iter_tar(stream, name: str) -> Iterator[Document]:
             member_stream = archive.extractfile(member)
             if member_stream is not None:
                 # Consumed fully by the caller before the next member is read (stream mode).
-                yield from _stream_documents(member_stream, f"{name}:{member.name}", False)
+                member_name = f"{name}:{member.name}"
+                yield from _stream_documents(_SizedReader(member_stream, member.size, member_name),
+                                             member_name, False)
     except _READ_ERRORS as e:
         raise CorpusError(f"{name}: damaged archive: {e}") from None
 

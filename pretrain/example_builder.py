@@ -272,23 +272,32 @@ def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None 
                     skipped.append((unit.describe(), str(e)))
                     on_bytes(unit.end - unit.start)
                     continue
-            for document in corpus.iter_documents(unit, on_bytes):
-                lines = document.lines
-                if task.skip_bad_files and unit.file.is_tar:
-                    try:
-                        lines = list(lines)  # archive members are single, small documents
-                    except corpus.CorpusError as e:
-                        skipped.append((document.name, str(e)))
-                        continue
-                split_on_blanks = (document.blank_lines_split if task.blanks_separate_docs is None
-                                   else task.blanks_separate_docs)
-                for line in lines:
-                    line = line.strip()
-                    if line:
-                        emit(builder.add_sentence(encode(line)))
-                    elif split_on_blanks:
-                        emit(builder.end_document())
-                # The end of a file, range or archive member always ends a document.
+            try:
+                for document in corpus.iter_documents(unit, on_bytes):
+                    lines = document.lines
+                    if task.skip_bad_files and unit.file.is_tar:
+                        try:
+                            lines = list(lines)  # archive members are single, small documents
+                        except corpus.CorpusError as e:
+                            skipped.append((document.name, str(e)))
+                            continue
+                    split_on_blanks = (document.blank_lines_split
+                                       if task.blanks_separate_docs is None
+                                       else task.blanks_separate_docs)
+                    for line in lines:
+                        line = line.strip()
+                        if line:
+                            emit(builder.add_sentence(encode(line)))
+                        elif split_on_blanks:
+                            emit(builder.end_document())
+                    # The end of a file, range or archive member always ends a document.
+                    emit(builder.end_document())
+            except corpus.CorpusError as e:
+                if not task.skip_bad_files:
+                    raise
+                # Only a damaged archive gets here (other files were validated above); the
+                # documents read before the damage are kept.
+                skipped.append((unit.describe(), f"{e} (documents before the damage were used)"))
                 emit(builder.end_document())
             if unit.end == unit.file.size:  # the last range of a file: count the file as done
                 files += 1

@@ -246,6 +246,29 @@ def test_bad_file_stops_or_is_skipped(tmp_path, vocab_file, capsys):
     assert "skipped 1 bad file(s)" in capsys.readouterr().out
 
 
+def test_damaged_archive_with_skip_bad_files(tmp_path, vocab_file):
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, text in [("a.txt", b"w1 w2\n"), ("b.txt", b"w3 \xff\n"), ("c.txt", b"w4 " * 400)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text))
+    (corpus_dir / "docs.tar").write_bytes(buffer.getvalue()[:3 * 1024 + 88])  # cut inside c.txt
+    (corpus_dir / "plain.txt").write_text("w5 w6\n")
+    with pytest.raises(ValueError, match=r"docs\.tar:b\.txt is not valid UTF-8 at byte offset 3"):
+        build(corpus_dir, tmp_path / "out", vocab_file)
+    metadata = build(corpus_dir, tmp_path / "out2", vocab_file, skip_bad_files=True)
+    skipped = {s["file"]: s["error"] for s in metadata["skipped_files"]}
+    # A bad member is skipped alone; a truncated archive keeps the members before the damage.
+    assert list(skipped) == ["docs.tar:b.txt", "docs.tar"], skipped
+    assert "docs.tar:c.txt" in skipped["docs.tar"] and "before the damage" in skipped["docs.tar"]
+    records = read_records(all_shards(tmp_path / "out2", metadata), 32)
+    words = {i for r in records for i in r["input_ids"] if i > SEP}
+    assert words == {VOCAB.index(w) for w in ("w1", "w2", "w5", "w6")}
+
+
 def test_input_errors(tmp_path, vocab_file):
     with pytest.raises(ValueError, match="--corpus-dir .*nope does not exist"):
         build(tmp_path / "nope", tmp_path / "out", vocab_file)
