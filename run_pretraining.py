@@ -59,6 +59,30 @@ def load_special_ids(config: PretrainingConfig) -> SpecialIds:
     return SpecialIds.from_vocab(vocab, where=f"vocab file {config.vocab_file}")
 
 
+def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFiles) -> None:
+    """Refuses tfrecords built for another max_seq_length or vocabulary size (they would fail
+    deep inside tf.data, or index past the embedding table), naming the file that says so."""
+    directory = os.path.dirname(files.train[0])
+    metadata_path = os.path.join(directory, "metadata.json")
+    if os.path.isfile(metadata_path):
+        metadata = io_utils.read_json(metadata_path)
+        for key in ("max_seq_length", "vocab_size"):
+            built, wanted = metadata.get(key), getattr(config, key)
+            if isinstance(built, int) and built != wanted:
+                raise HParamError(
+                    f"the tfrecords in {directory} were built with {key} {built} "
+                    f"({metadata_path}) but hparam {key} is {wanted}; set \"{key}\": {built} "
+                    "or rebuild the data")
+    first = next((f for f in files.train if os.path.getsize(f) > 0), None)
+    for record in tf.data.TFRecordDataset(first).take(1):
+        example = tf.train.Example.FromString(record.numpy())
+        length = len(example.features.feature["input_ids"].int64_list.value)
+        if length != config.max_seq_length:
+            raise HParamError(
+                f"{first} holds examples of {length} tokens but hparam max_seq_length is "
+                f"{config.max_seq_length}; set \"max_seq_length\": {length} or rebuild the data")
+
+
 def check_resume_compatible(config: PretrainingConfig, saved_path: str) -> list[str]:
     """Refuses architecture changes against the config saved in the model dir; returns the
     names of other hparams that changed (allowed, logged)."""
@@ -245,6 +269,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     chief = distribution.is_chief(strategy)
     special_ids = load_special_ids(config)
     files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
+    check_data_matches(config, files)
     if config.do_eval or (config.do_train and config.eval_every_steps > 0):
         available = input_pipeline.count_records(files.eval)
         if available == 0:
