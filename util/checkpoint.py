@@ -239,6 +239,11 @@ class CheckpointManager:
             if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
                 with contextlib.suppress(OSError):
                     os.remove(path)
+        # Temporaries of the state file (io_utils.atomic_open) of a process killed mid-write;
+        # ours was renamed into place already, and only one process saves into a directory.
+        for path in glob.glob(os.path.join(glob.escape(self.directory), f".{STATE_FILE}.*.tmp")):
+            with contextlib.suppress(OSError):
+                os.remove(path)
         for path in glob.glob(os.path.join(glob.escape(self.directory),
                                            glob.escape(self.basename) + "-*.data-*")):
             prefix = path[:path.rindex(".data-")]
