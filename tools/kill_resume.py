@@ -1,0 +1,500 @@
+"""Kill-and-resume drill: SIGKILL a tiny pre-training run and a fine-tuning run many times, resume
+each time with the same command, and compare the outcome with runs that were never interrupted.
+
+    python tools/kill_resume.py                      # 10 kills each, work dir /tmp/kill_resume
+    python tools/kill_resume.py --kills 10 --seed 3 --work-dir /tmp/kr --keep
+
+What it does:
+  1. writes a toy corpus, vocab and GLUE-style task (data built by build_pretraining_dataset.py);
+  2. pre-trains "reference" once, uninterrupted, and "victim" with the same hparams, killing the
+     victim `--kills` times (a) at random moments once it has made progress, (b) during start-up
+     and (c) inside a write: just before the N-th rename or delete of a checkpoint data/index
+     file, the `checkpoint` state file, a results file or a pruned old checkpoint. Each kill is
+     followed by the same command again; after the last one the victim runs to the end;
+  3. compares every checkpoint tensor (weights, Adam slots, step, data position) and the final
+     eval figures (results JSON and eval history) of victim and reference;
+  4. does the same for a two-trial fine-tuning run (both initialised from the reference model),
+     comparing each trial's checkpoint and the dev results.
+Prints one line per kill and a verdict; writes <work-dir>/kill_resume_report.json. Exit status 0
+when every comparison holds to float tolerance (rtol 1e-5, atol 1e-6), else 1.
+
+Internal mode, used by this script and tests/test_reliability_kill.py: run SCRIPT with a hook
+that SIGKILLs the process just before the ORDINAL-th os.replace/os.remove (`--op`) of a file
+under WATCH whose name matches PATTERN:
+
+    python tools/kill_resume.py --child --watch DIR --pattern 'model.ckpt-*.index' \\
+        --op replace --ordinal 2 [--event-log FILE] -- run_pretraining.py --data-dir ...
+"""
+import argparse
+import fnmatch
+import glob
+import json
+import os
+import random
+import re
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+NUM_WORDS = 40
+VOCAB = SPECIAL + [f"w{i}" for i in range(NUM_WORDS)] + ["."]
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": 64}
+RTOL, ATOL = 1e-5, 1e-6
+
+
+# -- the kill hook (child side) ---------------------------------------------------------------
+
+
+class KillHook:
+    """Kills the process just before the `ordinal`-th matching file operation.
+
+    op: "replace" (os.replace / os.rename: the commit step of every atomic write), "remove"
+    (os.remove / os.unlink: pruning old checkpoints) or "any". A path matches when it lies under
+    `watch_dir` and its base name matches the glob `pattern`. `action` defaults to SIGKILL; tests
+    pass one that raises instead.
+    """
+
+    def __init__(self, watch_dir: str, pattern: str, op: str, ordinal: int,
+                 event_log: str | None = None, action=None):
+        self.watch = os.path.abspath(watch_dir) + os.sep
+        self.pattern, self.op, self.ordinal = pattern, op, ordinal
+        self.event_log = event_log
+        self.action = action or (lambda: os.kill(os.getpid(), signal.SIGKILL))
+        self.count = 0
+        self.fired = None
+        self._saved = {}
+
+    def _matches(self, op: str, path) -> bool:
+        if self.op not in ("any", op):
+            return False
+        path = os.path.abspath(os.fspath(path))
+        return path.startswith(self.watch) and fnmatch.fnmatch(os.path.basename(path),
+                                                               self.pattern)
+
+    def _wrap(self, name: str, op: str, target_arg: int):
+        real = getattr(os, name)
+
+        def hooked(*args, **kwargs):
+            if self.fired is None and self._matches(op, args[target_arg]):
+                self.count += 1
+                if self.count == self.ordinal:
+                    self.fired = f"before os.{name} -> {os.path.basename(args[target_arg])}"
+                    if self.event_log:
+                        with open(self.event_log, "a", encoding="utf-8") as f:
+                            f.write(self.fired + "\n")
+                            f.flush()
+                            os.fsync(f.fileno())
+                    self.action()
+            return real(*args, **kwargs)
+
+        self._saved[name] = real
+        setattr(os, name, hooked)
+
+    def install(self) -> "KillHook":
+        self._wrap("replace", "replace", 1)
+        self._wrap("rename", "replace", 1)
+        self._wrap("remove", "remove", 0)
+        self._wrap("unlink", "remove", 0)
+        return self
+
+    def uninstall(self) -> None:
+        for name, real in self._saved.items():
+            setattr(os, name, real)
+        self._saved = {}
+
+
+def child_main(argv: list[str]) -> None:
+    """--child mode: install the hook, then run the script as __main__ with its own argv."""
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="kill_resume.py --child")
+    parser.add_argument("--child", action="store_true")
+    parser.add_argument("--watch", required=True)
+    parser.add_argument("--pattern", required=True)
+    parser.add_argument("--op", choices=["replace", "remove", "any"], default="replace")
+    parser.add_argument("--ordinal", type=int, required=True)
+    parser.add_argument("--event-log")
+    args = parser.parse_args(argv[:split])
+    script, script_args = argv[split + 1], argv[split + 2:]
+    KillHook(args.watch, args.pattern, args.op, args.ordinal, args.event_log).install()
+    sys.argv = [script] + script_args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+
+
+# -- toy data ---------------------------------------------------------------------------------
+
+
+def write_vocab(path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(VOCAB) + "\n")
+
+
+def _sentence(rng: random.Random, successor: list[int]) -> list[int]:
+    words = [rng.randrange(NUM_WORDS)]
+    for _ in range(rng.randint(4, 11)):
+        words.append(successor[words[-1]] if rng.random() < 0.85 else rng.randrange(NUM_WORDS))
+    return words
+
+
+def write_corpus(directory: str, seed: int, documents: int = 120) -> None:
+    """Documents of sentences that walk a random successor table (learnable, a little noisy)."""
+    rng = random.Random(seed)
+    successor = list(range(NUM_WORDS))
+    rng.shuffle(successor)
+    os.makedirs(directory, exist_ok=True)
+    for part in range(2):
+        lines = []
+        for _ in range(documents // 2):
+            for _ in range(rng.randint(3, 8)):
+                lines.append(" ".join(f"w{w}" for w in _sentence(rng, successor)) + " .")
+            lines.append("")
+        with open(os.path.join(directory, f"part{part}.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines))
+
+
+def write_task(directory: str, seed: int, n_train: int = 256, n_dev: int = 64) -> None:
+    """An SST-layout task (sentence<TAB>label): label 1 when the sentence mentions w0..w9."""
+    rng = random.Random(seed + 1)
+    successor = list(range(NUM_WORDS))
+    rng.shuffle(successor)
+    os.makedirs(directory, exist_ok=True)
+    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            words = _sentence(rng, successor)
+            rows.append(" ".join(f"w{w}" for w in words) + f"\t{int(min(words) < 10)}")
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            f.write("\n".join(rows) + "\n")
+
+
+def pretrain_hparams(steps: int) -> dict:
+    return dict(vocab_size=len(VOCAB), embedding_size=16, max_seq_length=32,
+                model_hparam_overrides=TINY, generator_hidden_size=0.5, train_batch_size=8,
+                eval_batch_size=8, learning_rate=2e-3, num_warmup_steps=20,
+                adam_bias_correction=True, lr_decay_after_warmup=True, num_train_steps=steps,
+                save_checkpoints_steps=10, iterations_per_loop=5, do_eval=True,
+                eval_every_steps=50, num_eval_steps=4, keep_checkpoint_max=3, seed=1)
+
+
+def finetune_hparams(init_checkpoint: str) -> dict:
+    return dict(task_names=["sst"], vocab_size=len(VOCAB), max_seq_length=32,
+                train_batch_size=8, eval_batch_size=8, predict_batch_size=8,
+                num_train_epochs=4.0, save_checkpoints_steps=10, iterations_per_loop=5,
+                num_trials=2, learning_rate=1e-3, adam_bias_correction=True,
+                init_checkpoint=init_checkpoint)
+
+
+def prepare(work: str, seed: int) -> str:
+    data = os.path.join(work, "data")
+    write_corpus(os.path.join(work, "corpus"), seed)
+    os.makedirs(data, exist_ok=True)
+    write_vocab(os.path.join(data, "vocab.txt"))
+    write_task(os.path.join(data, "finetuning_data", "sst"), seed)
+    command = [sys.executable, os.path.join(REPO, "build_pretraining_dataset.py"),
+               "--corpus-dir", os.path.join(work, "corpus"),
+               "--vocab-file", os.path.join(data, "vocab.txt"),
+               "--output-dir", os.path.join(data, "pretrain_tfrecords"), "--max-seq-length", "32",
+               "--num-out-files", "5", "--eval-fraction", "0.2", "--no-progress"]
+    subprocess.run(command, check=True, env=_env(), stdout=subprocess.DEVNULL)
+    return data
+
+
+# -- running and killing ----------------------------------------------------------------------
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def pretrain_command(data: str, name: str, hparams: dict) -> list[str]:
+    return [os.path.join(REPO, "run_pretraining.py"), "--data-dir", data, "--model-name", name,
+            "--hparams", json.dumps(hparams)]
+
+
+def finetune_command(data: str, name: str, hparams: dict) -> list[str]:
+    return [os.path.join(REPO, "run_finetuning.py"), "--data-dir", data, "--model-name", name,
+            "--hparams", json.dumps(hparams)]
+
+
+def _ckpt_steps(pattern: str) -> dict[str, int]:
+    """directory -> newest complete checkpoint step, for dirs matching `pattern`."""
+    steps: dict[str, int] = {}
+    for index in glob.glob(os.path.join(pattern, "model.ckpt-*.index")):
+        match = re.search(r"-(\d+)\.index$", index)
+        if match:
+            d = os.path.dirname(index)
+            steps[d] = max(steps.get(d, -1), int(match.group(1)))
+    return steps
+
+
+def progress(pattern: str) -> int:
+    """Sum over matching dirs of the newest checkpoint step: grows as the run advances."""
+    return sum(_ckpt_steps(pattern).values())
+
+
+# Where write-mode kills land: (label, op, glob of the file name).
+PRETRAIN_WRITES = [("checkpoint data file", "replace", "model.ckpt-*.data-*"),
+                   ("checkpoint index file", "replace", "model.ckpt-*.index"),
+                   ("checkpoint state file", "replace", "checkpoint"),
+                   ("pruning an old checkpoint", "remove", "model.ckpt-*"),
+                   ("eval results", "replace", "unsup_results*")]
+FINETUNE_WRITES = [("checkpoint data file", "replace", "model.ckpt-*.data-*"),
+                   ("checkpoint index file", "replace", "model.ckpt-*.index"),
+                   ("checkpoint state file", "replace", "checkpoint"),
+                   ("trial results", "replace", "eval_results.json"),
+                   ("results summary", "replace", "sst_results.*")]
+
+
+def plan(kills: int, writes: list, rng: random.Random) -> list[tuple]:
+    """A shuffled mix of start-up, random-moment and inside-a-write kills."""
+    modes: list[tuple] = [("startup",)]
+    for i in range(kills - 1):
+        if i % 2 == 0:
+            modes.append(("time",))
+        else:
+            label, op, pattern = writes[(i // 2) % len(writes)]
+            modes.append(("write", label, op, pattern, rng.randint(1, 3)))
+    rng.shuffle(modes)
+    return modes[:kills]
+
+
+def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: int,
+          writes: list, rng: random.Random, logs: str) -> list[dict]:
+    """Runs `command` under `kills` kills, resuming each time, then once more to the end."""
+    records = []
+    modes = plan(kills, writes, rng)
+    attempt = 0
+    while True:
+        attempt += 1
+        mode = modes[attempt - 1] if attempt <= len(modes) else ("final",)
+        start_progress = progress(progress_glob)
+        log_path = os.path.join(logs, f"{name}_{attempt:02d}.log")
+        event_log = os.path.join(logs, f"{name}_{attempt:02d}.event")
+        argv = [sys.executable]
+        if mode[0] == "write":
+            argv += [os.path.abspath(__file__), "--child", "--watch", watch, "--pattern", mode[3], "--op", mode[2],
+                     "--ordinal", str(mode[4]), "--event-log", event_log, "--"]
+        argv += command
+        began = time.time()
+        with open(log_path, "w", encoding="utf-8") as log_file:
+            child = subprocess.Popen(argv, env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
+            killed_by_us = False
+            if mode[0] == "startup":
+                delay = rng.uniform(0.5, 6.0)
+                while child.poll() is None and time.time() - began < delay:
+                    time.sleep(0.02)
+                killed_by_us = child.poll() is None
+            elif mode[0] == "time":
+                extra = rng.randint(0, 1) * 10  # wait for 1-2 new checkpoints
+                while child.poll() is None and progress(progress_glob) <= start_progress + extra:
+                    time.sleep(0.02)
+                pause = rng.uniform(0.0, 0.5)
+                while child.poll() is None and pause > 0:
+                    time.sleep(0.02)
+                    pause -= 0.02
+                killed_by_us = child.poll() is None
+            if killed_by_us:
+                child.send_signal(signal.SIGKILL)
+            code = child.wait(timeout=900)
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            output = f.read()
+        resumed = re.search(r"resumed from \S+ (?:at step|\(step) (\d+)", output)
+        fired = open(event_log).read().strip() if os.path.exists(event_log) else None
+        record = {"attempt": attempt, "mode": mode[0], "where": (
+            fired or (f"{mode[1]}: not reached" if mode[0] == "write" else None)),
+            "killed": code == -signal.SIGKILL, "exit_code": code,
+            "resumed_from_step": int(resumed.group(1)) if resumed else None,
+            "progress_before": start_progress, "progress_after": progress(progress_glob),
+            "seconds": round(time.time() - began, 1)}
+        if mode[0] == "time" and killed_by_us:
+            record["where"] = "random moment during training"
+        if mode[0] == "startup" and killed_by_us:
+            record["where"] = f"start-up, {record['seconds']}s after launch"
+        records.append(record)
+        print(f"  {name} run {attempt:2d}: {mode[0]:7s} "
+              f"{'KILLED' if record['killed'] else f'exit {code}':8s} "
+              f"resumed from {record['resumed_from_step']}, progress "
+              f"{start_progress} -> {record['progress_after']} ({record['where'] or 'to the end'})",
+              flush=True)
+        if code not in (0, -signal.SIGKILL):
+            raise RuntimeError(f"{name} run {attempt} failed with exit code {code}; see {log_path}:"
+                               f"\n{output[-3000:]}")
+        if code == 0:
+            return records
+        if attempt > kills + 20:
+            raise RuntimeError(f"{name}: no end after {attempt} runs")
+
+
+# -- comparisons ------------------------------------------------------------------------------
+
+
+def compare_checkpoints(reference_dir: str, victim_dir: str) -> dict:
+    import numpy as np
+    from util import checkpoint
+
+    ref, got = checkpoint.read_all(reference_dir), checkpoint.read_all(victim_dir)
+    worst, mismatched, identical = 0.0, [], True
+    for name in sorted(set(ref) | set(got)):
+        if name not in ref or name not in got:
+            mismatched.append(f"{name} missing in {'victim' if name in ref else 'reference'}")
+            continue
+        a, b = np.asarray(ref[name], np.float64), np.asarray(got[name], np.float64)
+        if a.shape != b.shape:
+            mismatched.append(f"{name} shapes {a.shape} vs {b.shape}")
+            continue
+        diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+        identical &= diff == 0.0
+        worst = max(worst, diff)
+        if not np.allclose(b, a, rtol=RTOL, atol=ATOL):
+            mismatched.append(f"{name} max abs diff {diff:.3g}")
+    return {"tensors": len(ref), "global_step": int(got.get("global_step", -1)),
+            "max_abs_diff": worst, "bit_identical": identical, "mismatched": mismatched}
+
+
+def _numbers(value, prefix=""):
+    """Flattens nested JSON to {path: number}."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(_numbers(v, f"{prefix}{k}/"))
+        return out
+    if isinstance(value, list):
+        out = {}
+        for i, v in enumerate(value):
+            # Eval history entries are keyed by their step, so a missing one is named.
+            key = f"step {v['global_step']}" if isinstance(v, dict) and "global_step" in v else i
+            out.update(_numbers(v, f"{prefix}{key}/"))
+        return out
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {prefix.rstrip("/"): float(value)}
+    return {}
+
+
+def compare_json(reference_path: str, victim_path: str, ignore=()) -> dict:
+    import math
+    with open(reference_path, encoding="utf-8") as f:
+        ref = _numbers(json.load(f))
+    with open(victim_path, encoding="utf-8") as f:
+        got = _numbers(json.load(f))
+    ref = {k: v for k, v in ref.items() if not any(i in k for i in ignore)}
+    got = {k: v for k, v in got.items() if not any(i in k for i in ignore)}
+    mismatched = [k for k in sorted(set(ref) | set(got))
+                  if k not in ref or k not in got
+                  or not math.isclose(got[k], ref[k], rel_tol=RTOL, abs_tol=ATOL)]
+    return {"file": os.path.basename(victim_path), "values": len(ref),
+            "mismatched": [f"{k}: {ref.get(k)} vs {got.get(k)}" for k in mismatched]}
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--child" in argv[:argv.index("--") if "--" in argv else len(argv)]:
+        child_main(argv)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work-dir", default="/tmp/kill_resume")
+    parser.add_argument("--kills", type=int, default=10, help="kills per run (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the kill plan and the toy data")
+    parser.add_argument("--steps", type=int, default=500, help="pre-training steps")
+    parser.add_argument("--skip-finetune", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, REPO)
+    rng = random.Random(args.seed)
+    work = os.path.abspath(args.work_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    logs = os.path.join(work, "logs")
+    os.makedirs(logs)
+    started = time.time()
+    data = prepare(work, args.seed)
+    report: dict = {"kills": args.kills, "seed": args.seed, "steps": args.steps}
+
+    print(f"pre-training: {args.steps} steps, checkpoint every 10, eval every 50; "
+          f"{args.kills} kills", flush=True)
+    hparams = pretrain_hparams(args.steps)
+    models = os.path.join(data, "models")
+    reference = subprocess.Popen([sys.executable] + pretrain_command(data, "reference", hparams),
+                                 env=_env(), stdout=subprocess.DEVNULL,
+                                 stderr=open(os.path.join(logs, "pretrain_reference.log"), "w"))
+    report["pretrain_runs"] = drill(
+        "pretrain", pretrain_command(data, "victim", hparams), os.path.join(models, "victim"),
+        os.path.join(models, "victim"), args.kills, PRETRAIN_WRITES, rng, logs)
+    if reference.wait(timeout=1800) != 0:
+        raise RuntimeError("the reference pre-training run failed; see logs/pretrain_reference.log")
+    ref_dir, victim_dir = os.path.join(models, "reference"), os.path.join(models, "victim")
+    report["pretrain_weights"] = compare_checkpoints(ref_dir, victim_dir)
+    report["pretrain_eval"] = [
+        compare_json(os.path.join(ref_dir, "results", name), os.path.join(victim_dir, "results",
+                                                                          name))
+        for name in ("unsup_results.json", "unsup_results_history.json")]
+    report["leftovers"] = sorted(os.path.relpath(p, victim_dir) for p in glob.glob(
+        os.path.join(glob.escape(victim_dir), "**", ".*tmp*"), recursive=True))
+
+    if not args.skip_finetune:
+        print(f"fine-tuning: 2 trials of 128 steps from the reference model, checkpoint every 10; "
+              f"{args.kills} kills", flush=True)
+        ft = finetune_hparams(ref_dir)
+        ft_reference = subprocess.Popen(
+            [sys.executable] + finetune_command(data, "ft_reference", ft), env=_env(),
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(logs, "ft_reference.log"), "w"))
+        report["finetune_runs"] = drill(
+            "finetune", finetune_command(data, "ft_victim", ft),
+            os.path.join(models, "ft_victim"),
+            os.path.join(models, "ft_victim", "finetuning_models", "sst_model_*"), args.kills,
+            FINETUNE_WRITES, rng, logs)
+        if ft_reference.wait(timeout=1800) != 0:
+            raise RuntimeError("the reference fine-tuning run failed; see logs/ft_reference.log")
+        report["finetune_weights"] = [compare_checkpoints(
+            os.path.join(models, "ft_reference", "finetuning_models", f"sst_model_{t}"),
+            os.path.join(models, "ft_victim", "finetuning_models", f"sst_model_{t}"))
+            for t in (1, 2)]
+        report["finetune_eval"] = compare_json(
+            os.path.join(models, "ft_reference", "results", "sst_results.json"),
+            os.path.join(models, "ft_victim", "results", "sst_results.json"))
+
+    checks = [report["pretrain_weights"]] + report["pretrain_eval"]
+    if not args.skip_finetune:
+        checks += report["finetune_weights"] + [report["finetune_eval"]]
+    kills_done = {k: sum(r["killed"] for r in report.get(k, []))
+                  for k in ("pretrain_runs", "finetune_runs")}
+    ok = all(not c["mismatched"] for c in checks)
+    report["ok"] = ok
+    report["seconds"] = round(time.time() - started)
+    with open(os.path.join(work, "kill_resume_report.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    print(f"pre-training: {kills_done['pretrain_runs']} kills; weights "
+          f"{_verdict(report['pretrain_weights'])}; eval " + ", ".join(
+              f"{c['file']} {'equal' if not c['mismatched'] else c['mismatched'][:3]}"
+              for c in report["pretrain_eval"]))
+    if not args.skip_finetune:
+        print(f"fine-tuning: {kills_done['finetune_runs']} kills; weights " + "; ".join(
+            f"trial {t + 1} {_verdict(c)}" for t, c in enumerate(report["finetune_weights"]))
+            + "; dev results " + ("equal" if not report["finetune_eval"]["mismatched"]
+                                  else str(report["finetune_eval"]["mismatched"][:3])))
+    if report["leftovers"]:
+        print(f"temporary files left in the victim model dir: {report['leftovers']}")
+    print(f"{'PASS' if ok else 'FAIL'} in {report['seconds']}s; report: "
+          f"{os.path.join(work, 'kill_resume_report.json')}")
+    if not args.keep and ok:
+        shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
+    return 0 if ok else 1
+
+
+def _verdict(result: dict) -> str:
+    if result["mismatched"]:
+        return f"DIFFER ({len(result['mismatched'])}: {result['mismatched'][:3]})"
+    same = "bit-identical" if result["bit_identical"] else f"max |diff| {result['max_abs_diff']:.2g}"
+    return f"equal at step {result['global_step']} ({result['tensors']} tensors, {same})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
