@@ -47,6 +47,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _is_terminal(stream) -> bool:
+    """A real terminal with a width (a pseudo-terminal of 0 columns would hide the bar)."""
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 class Progress:
     """Progress of a loop of `total` steps: a tqdm bar on a terminal, else a log line per update.
 
@@ -66,12 +74,15 @@ class Progress:
         self.examples_per_sec: float | None = None
         stream = stream or sys.stderr
         if use_bar is None:
-            use_bar = hasattr(stream, "isatty") and stream.isatty()
+            use_bar = _is_terminal(stream)
         self._bar = None
         if enabled and use_bar:
             from tqdm import tqdm
+            # A short bar leaves room for the metrics (step, loss, lr, examples/s, ETA).
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit="step", file=stream,
-                             dynamic_ncols=True, smoothing=0.1)
+                             dynamic_ncols=True, smoothing=0.1,
+                             bar_format="{desc} {n_fmt}/{total_fmt} {percentage:3.0f}%|{bar:16}| "
+                                        "[{elapsed}<{remaining}{postfix}]")
 
     def eta_secs(self) -> float | None:
         done = self.step - self._start_step
@@ -89,7 +100,7 @@ class Progress:
             return
         shown = dict(metrics)
         if self.examples_per_sec is not None:
-            shown["ex/s"] = round(self.examples_per_sec, 1)
+            shown["ex/s"] = f"{self.examples_per_sec:.1f}"
         if self._bar is not None:
             self._bar.set_postfix({k: _fmt(v) for k, v in shown.items()}, refresh=False)
             self._bar.update(delta)
