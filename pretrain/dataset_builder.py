@@ -490,6 +490,10 @@ def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab
         "num_train_examples": totals["examples"] - eval_examples,
         "num_eval_examples": eval_examples,
         "shards": shards,
+        # Sizes on disk: readers can tell a truncated or partial copy of a shard at a glance
+        # (TFRecord readers cannot when the cut falls between records).
+        "shard_bytes": {name: os.path.getsize(os.path.join(cfg.output_dir, name))
+                        for name in shards},
         "corpus": {"dir": os.path.abspath(cfg.corpus_dir), **config["corpus"]},
         "skipped_files": [{"file": name, "error": error} for name, error in skipped],
         "build": {"num_processes": cfg.num_processes, "seconds": round(seconds, 1)},
