@@ -8,7 +8,7 @@ import dataclasses
 import os
 from typing import Any
 
-from model import modeling
+from model import modeling, tokenization
 from util.hparams import HParamError, HParams, hp, parse_hparams_arg
 
 # Table 7: learning rate and layer-wise decay per model size; small also uses embedding size 128.
@@ -94,7 +94,7 @@ class FinetuningConfig(HParams):
 
     # locations (derived from data_dir and model_name unless given)
     raw_data_dir: str | None = hp(None, "task data dir pattern; default <data_dir>/finetuning_data/{task}")
-    vocab_file: str | None = hp(None, "default <model_dir>/vocab.txt, else <data_dir>/vocab.txt")
+    vocab_file: str | None = hp(None, "WordPiece vocab.txt or SentencePiece .model; default the pre-trained model dir's vocab.txt/spm.model, else <data_dir>/vocab.txt")
     init_checkpoint: str | None = hp(None, "pre-trained weights (ours or official; a dir or a checkpoint prefix); default <data_dir>/models/<model_name>; \"\" for random init. Its bert_config.json, if any, sets the architecture")
     model_dir: str | None = hp(None, "default <data_dir>/models/<model_name>/finetuning_models/<tasks>_model")
     results_txt: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.txt")
@@ -137,9 +137,9 @@ class FinetuningConfig(HParams):
         tasks = ",".join(self.task_names)
         self.raw_data_dir = self.raw_data_dir or os.path.join(self.data_dir, "finetuning_data", "{task}")
         if self.vocab_file is None:
-            candidate = os.path.join(pretrained_dir, "vocab.txt")
-            self.vocab_file = candidate if os.path.exists(candidate) else os.path.join(
-                self.data_dir, "vocab.txt")
+            self.vocab_file = (tokenization.find_vocab_file(pretrained_dir)
+                               or tokenization.find_vocab_file(self.data_dir)
+                               or os.path.join(self.data_dir, "vocab.txt"))
         if self.init_checkpoint is None and not self.debug:
             self.init_checkpoint = pretrained_dir
         self.model_dir = self.model_dir or os.path.join(pretrained_dir, "finetuning_models",

@@ -73,6 +73,15 @@ def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFile
                     f"the tfrecords in {directory} were built with {key} {built} "
                     f"({metadata_path}) but hparam {key} is {wanted}; set \"{key}\": {built} "
                     "or rebuild the data")
+        sizes = metadata.get("shard_bytes")
+        for path in (files.train + files.eval) if isinstance(sizes, dict) else ():
+            expected = sizes.get(os.path.basename(path)) if os.path.dirname(path) == directory \
+                else None
+            if isinstance(expected, int) and os.path.getsize(path) != expected:
+                raise record_check.DamagedRecordFileError(
+                    f"pre-training tfrecord file {path} has {os.path.getsize(path)} bytes but "
+                    f"the build wrote {expected} ({metadata_path}): a truncated or partial copy; "
+                    "copy it again or rebuild the data")
     first = next((f for f in files.train if os.path.getsize(f) > 0), None)
     for record in tf.data.TFRecordDataset(first).take(1):
         example = tf.train.Example.FromString(record.numpy())
@@ -108,7 +117,8 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
     if trainer.model.generator_config is not None:
         io_utils.write_text(os.path.join(d, GENERATOR_CONFIG_FILE),
                             trainer.model.generator_config.to_json_string() + "\n")
-    vocab_copy = os.path.join(d, "vocab.txt")
+    vocab_copy = os.path.join(d, "spm.model" if tokenization.is_sentencepiece_model(
+        config.vocab_file) else "vocab.txt")
     if os.path.abspath(vocab_copy) != os.path.abspath(config.vocab_file) and not (
             os.path.exists(vocab_copy) and filecmp.cmp(vocab_copy, config.vocab_file, False)):
         with open(config.vocab_file, "rb") as src, io_utils.atomic_open(vocab_copy, "wb") as dst:

@@ -14,7 +14,7 @@ import dataclasses
 import os
 import re
 
-from model import modeling
+from model import modeling, tokenization
 from util import checkpoint, io_utils
 
 BERT_CONFIG_FILE = "bert_config.json"
@@ -67,11 +67,11 @@ def checkpoint_shapes(prefix: str) -> dict[str, list[int]]:
 
 
 def _find_vocab(path: str, kind: str) -> str | None:
-    candidates = [os.path.join(path, VOCAB_FILE)]
+    """vocab.txt or spm.model in the model dir (a fine-tuned model: in its pre-trained dir)."""
+    directories = [path]
     if kind == "finetuned":
-        candidates.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))),
-                                       VOCAB_FILE))
-    return next((c for c in candidates if os.path.isfile(c)), None)
+        directories.append(os.path.dirname(os.path.dirname(os.path.abspath(path))))
+    return next((found for d in directories if (found := tokenization.find_vocab_file(d))), None)
 
 
 def read_model_dir(path: str, checkpoint_path: str | None = None,

@@ -171,8 +171,28 @@ def strip_accents_from(text: str) -> str:
 # Vocabulary.
 
 
+# Names a model directory gives its vocabulary: WordPiece, or a SentencePiece model.
+VOCAB_FILE_NAMES = ("vocab.txt", "spm.model")
+
+
+def is_sentencepiece_model(path: str) -> bool:
+    """A vocabulary path ending in .model is a SentencePiece model; anything else a vocab.txt."""
+    return path.endswith(".model")
+
+
+def find_vocab_file(directory: str) -> str | None:
+    """The vocabulary a model or data directory holds (vocab.txt or spm.model), if any."""
+    for name in VOCAB_FILE_NAMES:
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def load_vocab(vocab_file: str) -> dict[str, int]:
     """Reads a BERT vocab.txt (one token per line, id = line number - 1) into an ordered dict.
+
+    A SentencePiece `.model` path gives its pieces in id order instead.
 
     Raises:
       ValueError: missing file, a line that is not UTF-8, or a token listed twice (each names
@@ -180,6 +200,8 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     """
     if not os.path.isfile(vocab_file):
         raise ValueError(f"vocabulary file {vocab_file} does not exist")
+    if is_sentencepiece_model(vocab_file):
+        return dict(SentencePieceTokenizer(vocab_file).vocab)
     with open(vocab_file, "rb") as f:
         data = f.read()
     lines = data.split(b"\n")
@@ -470,7 +492,13 @@ def train_sentencepiece(sentences: Iterable[str], model_prefix: str, vocab_size:
 def build_tokenizer(vocab_file: str | None = None, spm_model: str | None = None,
                     do_lower_case: bool = True, strip_accents: bool | None = None
                     ) -> FullTokenizer | SentencePieceTokenizer:
-    """WordPiece from `vocab_file` or SentencePiece from `spm_model` (exactly one)."""
+    """WordPiece from `vocab_file` or SentencePiece from `spm_model` (exactly one).
+
+    A `vocab_file` ending in .model is taken as a SentencePiece model.
+    """
+    if vocab_file is not None and spm_model is None and is_sentencepiece_model(vocab_file):
+        vocab_file, spm_model = None, vocab_file
+        strip_accents = None if not strip_accents else strip_accents
     if (vocab_file is None) == (spm_model is None):
         raise ValueError("give exactly one of vocab_file (WordPiece) and spm_model (SentencePiece)")
     if spm_model is not None:

@@ -1,4 +1,5 @@
 """Tests for model/tokenization.py: BERT WordPiece behaviour, fast path == reference, SentencePiece."""
+import os
 import pathlib
 import tempfile
 import sys
@@ -288,3 +289,17 @@ def test_sentencepiece_errors(tmp_path, spm_model):
         tokenization.train_sentencepiece(_training_sentences(), str(tmp_path / "big"), 100000)
     with pytest.raises(ValueError, match="strip_accents applies to WordPiece"):
         tokenization.build_tokenizer(spm_model=spm_model, strip_accents=True)
+
+
+def test_a_sentencepiece_model_path_works_wherever_a_vocab_file_does(tmp_path):
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]
+    sentences = [" ".join(words[(i + j) % 8] for j in range(6)) for i in range(400)]
+    model_path = tokenization.train_sentencepiece(sentences, str(tmp_path / "spm"), vocab_size=25)
+    tokenizer = tokenization.build_tokenizer(vocab_file=model_path)
+    assert isinstance(tokenizer, tokenization.SentencePieceTokenizer)
+    vocab = tokenization.load_vocab(model_path)
+    assert vocab == tokenizer.vocab and vocab["[MASK]"] == tokenizer.mask_id
+    (tmp_path / "model_dir").mkdir()
+    assert tokenization.find_vocab_file(str(tmp_path / "model_dir")) is None
+    os.replace(model_path, tmp_path / "model_dir" / "spm.model")
+    assert tokenization.find_vocab_file(str(tmp_path / "model_dir")).endswith("spm.model")
