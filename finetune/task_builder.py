@@ -62,12 +62,17 @@ def build_tokenizer(config: configure_finetuning.FinetuningConfig):
     else:
         tokenizer = tokenization.build_tokenizer(vocab_file=path,
                                                  do_lower_case=config.do_lower_case)
-    if tokenizer.vocab_size > config.vocab_size:
+    # The model's size: the pre-trained bert_config.json's when there is one (hparam vocab_size
+    # otherwise); ids past it would index outside the embedding table.
+    model_vocab_size = config.bert_config().vocab_size
+    if tokenizer.vocab_size > model_vocab_size:
+        source = config.pretrained_bert_config_file() or "hparam vocab_size"
         raise ValueError(f"vocabulary {path} has {tokenizer.vocab_size} tokens but the model's "
-                         f"vocab_size is {config.vocab_size}; set hparam vocab_size")
-    if tokenizer.vocab_size != config.vocab_size:
+                         f"vocab_size is {model_vocab_size} ({source}); use the pre-trained "
+                         "model's vocabulary")
+    if tokenizer.vocab_size != model_vocab_size:
         log.warning("vocabulary %s has %d tokens, the model's vocab_size is %d", path,
-                    tokenizer.vocab_size, config.vocab_size)
+                    tokenizer.vocab_size, model_vocab_size)
     return tokenizer
 
 
