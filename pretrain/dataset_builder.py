@@ -19,10 +19,11 @@ import math
 import multiprocessing
 import os
 import queue as queue_lib
+import random
 import re
 import sys
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from model import tokenization
 from pretrain import corpus, example_builder, pretrain_data
@@ -99,7 +100,6 @@ class Plan:
     num_shards: int
     groups: list[list[corpus.Unit]]
     eval_groups: set[int]
-    num_units: int
 
     def shards_of(self, group: int) -> tuple[int, ...]:
         return tuple(range(group, self.num_shards, len(self.groups)))
@@ -125,8 +125,6 @@ def auto_num_out_files(total_bytes: float, num_processes: int, eval_fraction: fl
 def make_plan(files: list[corpus.InputFile], num_shards: int, eval_fraction: float, seed: int,
               blanks_separate_docs: bool | None) -> Plan:
     """Units -> groups -> shards, deterministically (see the module docstring)."""
-    import random
-
     total = sum(f.weight for f in files)
     chunk = int(min(MAX_CHUNK_BYTES, max(MIN_CHUNK_BYTES, total / (2 * num_shards))))
     units = corpus.split_into_units(files, chunk, blanks_separate_docs is not False)
@@ -143,7 +141,7 @@ def make_plan(files: list[corpus.InputFile], num_shards: int, eval_fraction: flo
     if eval_fraction > 0 and num_groups >= 2:
         n_eval = min(num_groups - 1, max(1, round(eval_fraction * num_groups)))
         eval_groups = set(range(num_groups - n_eval, num_groups))
-    return Plan(num_shards, groups, eval_groups, len(units))
+    return Plan(num_shards, groups, eval_groups)
 
 
 def corpus_fingerprint(files: list[corpus.InputFile]) -> str:
@@ -225,7 +223,8 @@ def _complete_shards(output_dir: str, num_shards: int) -> dict[int, dict]:
 # ---------------------------------------------------------------------------------------------
 # SentencePiece training (--vocab-size).
 
-def _corpus_sentences(files: list[corpus.InputFile], skip_bad_files: bool, log) -> "iter":
+def _corpus_sentences(files: list[corpus.InputFile], skip_bad_files: bool,
+                      log: Callable[[str], None]) -> Iterator[str]:
     """Lines of the corpus for SentencePiece training, an equal quota from each file."""
     quota = max(1, SPM_MAX_SENTENCES // len(files))
     for file in files:
