@@ -87,13 +87,15 @@ def make_parser() -> argparse.ArgumentParser:
         "--no-blanks-separate-docs", dest="blanks_separate_docs", action="store_false",
         help="Same as --blanks-separate-docs false. Example: --no-blanks-separate-docs")
     parser.add_argument(
-        "--do-lower-case", dest="do_lower_case", action="store_true", default=None,
-        help="Lower-case the text (default for WordPiece, matching the uncased vocab). "
-             "Example: --spm-model m.model --do-lower-case")
+        "--do-lower-case", dest="do_lower_case", action="store_true", default=True,
+        help="Lower-case the text (the default, as in the official script and the do_lower_case "
+             "hparam of pre-training and fine-tuning; matches the uncased vocab). "
+             "Example: --vocab-size 16000 --do-lower-case")
     parser.add_argument(
         "--no-lower-case", dest="do_lower_case", action="store_false",
-        help="Keep case (default for SentencePiece; use with cased WordPiece vocabularies). "
-             "Example: --vocab-file cased-vocab.txt --no-lower-case")
+        help="Keep case (for cased vocabularies; then set the do_lower_case hparam to false "
+             "for pre-training and fine-tuning too). Example: --vocab-file cased-vocab.txt "
+             "--no-lower-case")
     parser.add_argument(
         "--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
         default=None,

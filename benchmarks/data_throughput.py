@@ -81,7 +81,8 @@ def child_build(kind: str, processes: int, corpus_dir: str, vocab: str, output_d
                     num_out_files=8, eval_fraction=0.0, show_progress=False,
                     log=lambda m: print(m, file=sys.stderr))
     if kind == "sentencepiece":
-        cfg = dataset_builder.BuildConfig(spm_model=vocab, **settings)
+        # The benchmark's model is trained on cased text.
+        cfg = dataset_builder.BuildConfig(spm_model=vocab, do_lower_case=False, **settings)
     else:
         cfg = dataset_builder.BuildConfig(vocab_file=vocab, **settings)
     if kind == "reference-wordpiece":

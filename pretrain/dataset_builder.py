@@ -49,7 +49,7 @@ class BuildConfig:
     vocab_file: str | None = None
     spm_model: str | None = None
     vocab_size: int | None = None          # train a SentencePiece model of this size
-    do_lower_case: bool | None = None      # None: True for WordPiece, False for SentencePiece
+    do_lower_case: bool = True             # as the official script and configure_*.py
     strip_accents: bool | None = None      # None: follow do_lower_case (WordPiece only)
     max_seq_length: int = 128
     num_processes: int = 1
@@ -90,9 +90,7 @@ class BuildConfig:
 
     @property
     def lower_case(self) -> bool:
-        if self.do_lower_case is not None:
-            return self.do_lower_case
-        return self.kind == "wordpiece"
+        return self.do_lower_case
 
 
 @dataclasses.dataclass

@@ -318,6 +318,7 @@ def test_command_line_flags(tmp_path, vocab_file, capsys):
     assert parser.parse_args(base).blanks_separate_docs is None
     args = parser.parse_args(base + ["--no-lower-case", "--no-strip-accents"])
     assert (args.do_lower_case, args.strip_accents) == (False, False)
+    assert parser.parse_args(base).do_lower_case is True
     assert parser.parse_args(base + ["--do-strip-accents"]).strip_accents is True
     with pytest.raises(SystemExit):
         parser.parse_args(base + ["--blanks-separate-docs", "maybe"])
@@ -341,7 +342,7 @@ def test_vocab_size_trains_sentencepiece(tmp_path):
     model = tmp_path / "out" / "spm.model"
     assert metadata["tokenizer"] == "sentencepiece" and metadata["vocab_file"] == str(model)
     assert metadata["special_ids"] == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
-    assert metadata["vocab_size"] == 120 and metadata["do_lower_case"] is False
+    assert metadata["vocab_size"] == 120 and metadata["do_lower_case"] is True
     records = read_records(all_shards(tmp_path / "out", metadata), 32)
     assert len(records) == metadata["num_examples"] and all(r["input_ids"][0] == 2 for r in records)
     # A second run resumes with the same model instead of training another.
