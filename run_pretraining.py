@@ -281,7 +281,11 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
     check_data_matches(config, files)
     if config.do_eval or (config.do_train and config.eval_every_steps > 0):
-        available = input_pipeline.count_records(files.eval)
+        try:
+            available = input_pipeline.count_records(files.eval)
+        except tf.errors.DataLossError as e:
+            raise record_check.damaged_file_error(files.eval, e, "held-out tfrecord file") \
+                from None
         if available == 0:
             raise ValueError("do_eval and eval_every_steps need held-out data: set hparam "
                              "eval_tfrecords, or build the data with held-out shards "
