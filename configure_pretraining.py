@@ -83,6 +83,16 @@ class PretrainingConfig(HParams):
     disallow_correct: bool = hp(False, "generator may not sample the original token")
     temperature: float = hp(1.0, "temperature of the generator's sampling softmax")
 
+    # the paper's alternative objectives (Sections 3.2-3.5, Appendix F) and Electric
+    electra_15: bool = hp(False, "ELECTRA 15% (Table 5): the discriminator loss only on the masked positions")
+    replace_mlm: bool = hp(False, "Replace MLM (Table 5): with electra_objective false, masked positions get generator samples instead of [MASK]; masked-LM loss on them")
+    all_tokens_mlm: bool = hp(False, "All-Tokens MLM (Table 5): as replace_mlm, but every token is predicted, through a copy mechanism (sigmoid copy probability D: p = D [x = input] + (1 - D) softmax)")
+    unigram_generator: bool = hp(False, "the generator samples from unigram frequencies counted on the training tfrecords (Figure 3)")
+    unigram_max_examples: int = hp(0, "unigram_generator: count frequencies on at most this many training examples (0: all)")
+    adversarial_generator: bool = hp(False, "train the generator to maximise the discriminator loss with REINFORCE and a learned baseline (Appendix F) instead of maximum likelihood")
+    freeze_generator: bool = hp(False, "two-stage training, stage 2: the generator's own weights get no updates (start from a tools/two_stage_init.py checkpoint)")
+    electric_objective: bool = hp(False, "Electric (official release): noise-contrastive discriminator on the two_tower_generator's cloze probabilities")
+
     # batch sizes
     max_seq_length: int = hp(128, "tokens per example; must match the data")
     train_batch_size: int = hp(128, "global batch size (split across replicas)")
@@ -161,6 +171,7 @@ class PretrainingConfig(HParams):
             (self.shuffle_buffer_size >= 1, "shuffle_buffer_size", "must be >= 1"),
             (self.input_cycle_length >= 1, "input_cycle_length", "must be >= 1"),
         ]
+        checks += self._objective_checks()
         for ok, key, rule in checks:
             if not ok:
                 raise HParamError(f"hparam {key!r} {rule}, got {getattr(self, key)!r}")
@@ -169,6 +180,34 @@ class PretrainingConfig(HParams):
             raise HParamError(
                 f"max_seq_length ({self.max_seq_length}) exceeds max_position_embeddings "
                 f"({bert.max_position_embeddings}) of the model")
+
+    def _objective_checks(self) -> list:
+        """Combinations of the objective hparams that make sense (key named on failure)."""
+        learned = not (self.uniform_generator or self.unigram_generator)
+        return [
+            (not (self.uniform_generator and self.unigram_generator), "unigram_generator",
+             "cannot be combined with uniform_generator"),
+            (not self.electra_15 or self.electra_objective, "electra_15",
+             "needs electra_objective true"),
+            (not (self.replace_mlm or self.all_tokens_mlm) or not self.electra_objective,
+             "replace_mlm" if self.replace_mlm else "all_tokens_mlm",
+             "is a masked-LM objective: set electra_objective false"),
+            (not (self.replace_mlm and self.all_tokens_mlm), "all_tokens_mlm",
+             "cannot be combined with replace_mlm (it includes it)"),
+            (not (self.replace_mlm or self.all_tokens_mlm) or self.untied_generator,
+             "untied_generator", "must be true for replace_mlm/all_tokens_mlm (a separate generator)"),
+            (not self.adversarial_generator or (self.electra_objective and learned),
+             "adversarial_generator", "needs electra_objective and a learned generator"),
+            (not self.freeze_generator or (self.electra_objective and learned
+                                           and self.untied_generator),
+             "freeze_generator", "needs electra_objective and a separate learned generator"),
+            (not self.electric_objective or (self.two_tower_generator and learned
+                                             and self.untied_generator),
+             "electric_objective", "needs two_tower_generator true (cloze probabilities)"),
+            (not self.two_tower_generator or self.electric_objective or self.electra_objective,
+             "two_tower_generator", "needs electric_objective or electra_objective"),
+            (self.unigram_max_examples >= 0, "unigram_max_examples", "must be >= 0"),
+        ]
 
     def bert_config(self) -> modeling.BertConfig:
         """The discriminator's architecture."""

@@ -12,15 +12,26 @@ Losses, exactly as the official model:
     total = gen_weight * mlm + disc_weight * disc
 Only the N masked positions go through the vocabulary projection. All randomness (masking,
 Gumbel noise, dropout) is a pure function of (seed, step, example index): see pretrain/rng.py.
+
+The paper's other objectives (hparams of configure_pretraining.py; helpers in
+pretrain/objectives.py): electra_15 (disc loss on the masked positions only), replace_mlm and
+all_tokens_mlm (a masked LM `electra/` + `mlm_predictions/` reading generator samples; the latter
+predicts every token with the copy probability from `discriminator_predictions/`; total =
+gen_weight * generator mlm + the main masked-LM loss), unigram_generator, adversarial_generator
+(REINFORCE, baseline head `generator_baseline/`), freeze_generator (two-stage, stage 2) and
+electric_objective with two_tower_generator (`generator_ltr/`, `generator_rtl/`,
+`cloze_predictions/`; generator loss = cloze loss over every maskable token).
 """
+import contextlib
 import copy
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
 from model import layers, modeling
-from pretrain import masking
+from pretrain import masking, objectives
 from pretrain import rng as rng_lib
 
 
@@ -50,18 +61,32 @@ class PretrainingOutput(NamedTuple):
     input_mask: tf.Tensor  # int32 [B, L]
 
 
+@contextlib.contextmanager
+def _trainable_scope(trainable: bool):
+    """Variables created inside get `trainable` (False: frozen, e.g. a two-stage generator)."""
+    if trainable:
+        yield
+        return
+
+    def creator(next_creator, **kwargs):
+        kwargs["trainable"] = False
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        yield
+
+
 class GeneratorHead(tf.Module):
     """generator_predictions: dense + activation + LayerNorm to the embedding size, then logits
     against the (shared) word-embedding table plus `output_bias`."""
 
     def __init__(self, hidden_size: int, embedding_size: int, vocab_size: int,
-                 config: modeling.BertConfig, seed: int):
-        super().__init__(name="generator_predictions")
-        self.dense = layers.Dense(hidden_size, embedding_size, "generator_predictions/dense",
+                 config: modeling.BertConfig, seed: int, scope: str = "generator_predictions"):
+        super().__init__(name=scope)
+        self.dense = layers.Dense(hidden_size, embedding_size, f"{scope}/dense",
                                   config.hidden_act, config.initializer_range, seed)
-        self.layer_norm = layers.LayerNorm(embedding_size, "generator_predictions/LayerNorm")
-        self.output_bias = layers.create_variable("generator_predictions/output_bias",
-                                                  [vocab_size], "zeros")
+        self.layer_norm = layers.LayerNorm(embedding_size, f"{scope}/LayerNorm")
+        self.output_bias = layers.create_variable(f"{scope}/output_bias", [vocab_size], "zeros")
 
     def __call__(self, hidden: tf.Tensor, embedding_table: tf.Variable) -> tf.Tensor:
         """hidden [B, N, H] (compute dtype) -> float32 logits [B, N, V]."""
@@ -99,7 +124,10 @@ class PretrainingModel(tf.Module):
     """
 
     def __init__(self, config: PretrainingConfig, special_ids: masking.SpecialIds,
-                 compute_dtype: str | None = None, seed: int | None = None):
+                 compute_dtype: str | None = None, seed: int | None = None,
+                 unigram_counts=None):
+        """unigram_counts: int [V] token counts for unigram_generator (default: counted on the
+        training tfrecords of `config`)."""
         super().__init__(name="pretraining_model")
         self.config = config
         self.special_ids = special_ids
@@ -108,11 +136,27 @@ class PretrainingModel(tf.Module):
         self.disc_config = config.bert_config()
         self.discriminator_encoder = modeling.BertModel(self.disc_config, "electra",
                                                         compute_dtype=dtype, seed=self.seed)
+        self.has_discriminator = config.electra_objective or config.electric_objective
+        # Replace MLM / All-Tokens MLM: a masked LM reading generator samples.
+        self.replaced_mlm = config.replace_mlm or config.all_tokens_mlm
         self.generator_config = None
         self.generator_encoder = None
         self.generator_head = None
-        if not config.uniform_generator:
-            if config.electra_objective and config.untied_generator:
+        self.two_tower = None
+        self.unigram = None
+        if config.unigram_generator:
+            if unigram_counts is None:
+                from pretrain import input_pipeline
+                files = input_pipeline.find_files(config.pretrain_tfrecords,
+                                                  config.eval_tfrecords).train
+                unigram_counts = objectives.count_unigrams(
+                    files, self.disc_config.vocab_size, config.max_seq_length,
+                    config.unigram_max_examples)
+            self.unigram = tf.constant(objectives.unigram_logits(
+                np.asarray(unigram_counts), special_ids))
+        elif not config.uniform_generator:
+            separate = (self.has_discriminator or self.replaced_mlm) and config.untied_generator
+            if separate:
                 gen_config = config.generator_config()
                 shared = None
                 if config.untied_generator_embeddings:
@@ -122,18 +166,43 @@ class PretrainingModel(tf.Module):
                 else:
                     shared = self.discriminator_encoder.embeddings
                 self.generator_config = gen_config
-                self.generator_encoder = modeling.BertModel(
-                    gen_config, "generator", embeddings=shared, compute_dtype=dtype,
-                    seed=self.seed)
+                # freeze_generator (two-stage, stage 2): the generator's own variables are
+                # created non-trainable, so the optimizer (incl. weight decay) never moves them.
+                with _trainable_scope(not config.freeze_generator):
+                    if config.two_tower_generator:
+                        self.two_tower = objectives.TwoTowerGenerator(gen_config, shared, dtype,
+                                                                      self.seed)
+                        self.generator_encoder = self.two_tower
+                    else:
+                        self.generator_encoder = modeling.BertModel(
+                            gen_config, "generator", embeddings=shared, compute_dtype=dtype,
+                            seed=self.seed)
             else:
                 self.generator_config = self.disc_config
                 self.generator_encoder = self.discriminator_encoder
             table = self.generator_encoder.embeddings.word_embeddings
-            self.generator_head = GeneratorHead(self.generator_config.hidden_size,
-                                                int(table.shape[1]), self.disc_config.vocab_size,
-                                                self.disc_config, self.seed)
+            with _trainable_scope(not config.freeze_generator):
+                if self.two_tower is not None:
+                    self.generator_head = GeneratorHead(
+                        self.two_tower.output_size, int(table.shape[1]),
+                        self.disc_config.vocab_size, self.disc_config, self.seed,
+                        scope="cloze_predictions")
+                else:
+                    self.generator_head = GeneratorHead(
+                        self.generator_config.hidden_size, int(table.shape[1]),
+                        self.disc_config.vocab_size, self.disc_config, self.seed)
+        self.baseline_head = None
+        if config.adversarial_generator:
+            self.baseline_head = layers.Dense(
+                self.generator_config.hidden_size, 1, "generator_baseline/dense", None,
+                self.disc_config.initializer_range, self.seed)
+        self.mlm_head = None
+        if self.replaced_mlm:
+            self.mlm_head = GeneratorHead(
+                self.disc_config.hidden_size, int(self.disc_config.embedding_size),
+                self.disc_config.vocab_size, self.disc_config, self.seed, scope="mlm_predictions")
         self.discriminator_head = (DiscriminatorHead(self.disc_config, self.seed)
-                                   if config.electra_objective else None)
+                                   if self.has_discriminator or config.all_tokens_mlm else None)
 
     # -- the pieces -------------------------------------------------------------------------
 
@@ -151,13 +220,27 @@ class PretrainingModel(tf.Module):
                             tf.reduce_sum(tf.cast(masked.input_mask, tf.float32)))
 
     def _generator_logits(self, masked: masking.MaskedInputs, training: bool, seed):
+        """float32 logits [B, N, V] at the masked positions, the generator's sequence output
+        there [B, N, Hg] (None without a generator network) and, for the two-tower generator,
+        the cloze logits at every position [B, L, V] (else None)."""
+        shape = tf.shape(masked.masked_lm_ids)
+        vocab = self.disc_config.vocab_size
+        if self.unigram is not None:
+            return tf.broadcast_to(self.unigram, [shape[0], shape[1], vocab]), None, None
         if self.generator_encoder is None:  # uniform generator: zero logits
-            shape = tf.shape(masked.masked_lm_ids)
-            return tf.zeros([shape[0], shape[1], self.disc_config.vocab_size], tf.float32)
+            return tf.zeros([shape[0], shape[1], vocab], tf.float32), None, None
+        table = self.generator_encoder.embeddings.word_embeddings
+        if self.two_tower is not None:
+            # The cloze model reads the ORIGINAL tokens: position t never sees itself.
+            original = masking.unmask(masked)
+            reprs = self.two_tower(original, masked.input_mask, masked.segment_ids,
+                                   training=training, seed=seed)
+            cloze = self.generator_head(reprs, table)
+            return (masking.gather_positions(cloze, masked.masked_lm_positions), None, cloze)
         encoded = self.generator_encoder(masked.input_ids, masked.input_mask, masked.segment_ids,
                                          training=training, seed=seed)
         hidden = masking.gather_positions(encoded.sequence_output, masked.masked_lm_positions)
-        return self.generator_head(hidden, self.generator_encoder.embeddings.word_embeddings)
+        return self.generator_head(hidden, table), hidden, None
 
     def __call__(self, masked: masking.MaskedInputs, *, training: bool,
                  rng: rng_lib.ExampleRng, dropout_seed=None,
@@ -179,19 +262,32 @@ class PretrainingModel(tf.Module):
             disc_seed = tf.random.experimental.stateless_fold_in(dropout_seed, 2, alg="philox")
 
         # Generator: masked-LM on the masked positions only.
-        logits = self._generator_logits(masked, training, gen_seed)
+        logits, gen_hidden, cloze_logits = self._generator_logits(masked, training, gen_seed)
+        if cfg.freeze_generator:
+            logits = tf.stop_gradient(logits)
         weights = masked.masked_lm_weights
         example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=masked.masked_lm_ids, logits=logits)
         mlm_loss_sum = tf.reduce_sum(weights * example_loss)
         mlm_loss = mlm_loss_sum / (denominators.mlm + 1e-6)
+        gen_loss = mlm_loss
+        if cloze_logits is not None:
+            # Electric's generator loss: the cloze loss at every maskable position.
+            original = masking.unmask(masked)
+            cloze_weights = tf.cast(masking.candidates_mask(
+                original, masked.input_mask, self.special_ids), tf.float32)
+            cloze_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=original, logits=cloze_logits)
+            gen_loss = tf.reduce_sum(cloze_weights * cloze_loss) / (
+                tf.reduce_sum(cloze_weights) + 1e-6)
         preds = tf.argmax(logits, -1, output_type=tf.int32)
         zero = tf.constant(0.0, tf.float32)
-        if not cfg.electra_objective:
+        token_weights = tf.cast(masked.input_mask, tf.float32)
+        if not (self.has_discriminator or self.replaced_mlm):
             total = cfg.gen_weight * mlm_loss
             return PretrainingOutput(
                 total, mlm_loss, zero, mlm_loss_sum, tf.reduce_sum(weights), zero,
-                tf.reduce_sum(tf.cast(masked.input_mask, tf.float32)), masked.masked_lm_ids,
+                tf.reduce_sum(token_weights), masked.masked_lm_ids,
                 weights, preds, example_loss, None, None, None, None, None, masked.input_mask)
 
         # Sampling: no gradient flows from the discriminator into the generator.
@@ -202,28 +298,102 @@ class PretrainingModel(tf.Module):
         sampled = tf.stop_gradient(masking.sample_from_softmax(sample_logits, noise, disallow))
 
         # Fake inputs: originals with the samples written at every chosen position. A sample
-        # equal to the original counts as real.
+        # equal to the original counts as real (Electric: every sample counts as noise).
         original_ids = masking.unmask(masked)
         fake_ids, updated = masking.scatter_update(original_ids, sampled,
                                                    masked.masked_lm_positions)
-        labels = updated * tf.cast(tf.not_equal(fake_ids, original_ids), tf.int32)
+        if cfg.electric_objective:
+            labels = updated
+        else:
+            labels = updated * tf.cast(tf.not_equal(fake_ids, original_ids), tf.int32)
 
         encoded = self.discriminator_encoder(fake_ids, masked.input_mask, masked.segment_ids,
                                              training=training, seed=disc_seed)
+        if self.replaced_mlm:
+            return self._replaced_mlm_output(masked, encoded.sequence_output, fake_ids,
+                                             original_ids, gen_loss, denominators, sampled,
+                                             labels)
+
         disc_logits = self.discriminator_head(encoded.sequence_output)
-        token_weights = tf.cast(masked.input_mask, tf.float32)
+        if cfg.electric_objective:
+            disc_logits = objectives.electric_logits(
+                disc_logits, tf.nn.log_softmax(cloze_logits), fake_ids, cfg.mask_prob)
+        # ELECTRA 15%: only the positions the generator wrote to count.
+        if cfg.electra_15:
+            token_weights = tf.cast(updated, tf.float32)
+            disc_denominator = denominators.mlm
+        else:
+            disc_denominator = denominators.disc
         token_losses = tf.nn.sigmoid_cross_entropy_with_logits(
             labels=tf.cast(labels, tf.float32), logits=disc_logits) * token_weights
         disc_loss_sum = tf.reduce_sum(token_losses)
-        disc_loss = disc_loss_sum / (denominators.disc + 1e-6)
+        disc_loss = disc_loss_sum / (disc_denominator + 1e-6)
         disc_example_loss = tf.reduce_sum(token_losses, -1) / (
             1e-6 + tf.reduce_sum(token_weights, -1))
-        total = cfg.gen_weight * mlm_loss + cfg.disc_weight * disc_loss
+        if cfg.adversarial_generator:
+            gen_loss = self._adversarial_loss(logits, gen_hidden, sampled, disc_logits, labels,
+                                              masked, denominators)
+        if cfg.freeze_generator:
+            gen_loss = tf.stop_gradient(gen_loss)
+        total = cfg.gen_weight * gen_loss + cfg.disc_weight * disc_loss
         disc_preds = tf.cast(disc_logits > 0, tf.int32)  # official round((sign + 1) / 2)
         return PretrainingOutput(
             total, mlm_loss, disc_loss, mlm_loss_sum, tf.reduce_sum(weights), disc_loss_sum,
             tf.reduce_sum(token_weights), masked.masked_lm_ids, weights, preds, example_loss,
             sampled, tf.sigmoid(disc_logits), disc_preds, labels, disc_example_loss,
+            tf.cast(token_weights, tf.int32))
+
+    def _adversarial_loss(self, logits, gen_hidden, sampled, disc_logits, labels, masked,
+                          denominators):
+        """Appendix F: REINFORCE towards a higher discriminator loss on the sampled tokens,
+        minus a learned baseline; replaces the generator's maximum-likelihood loss."""
+        weights = masked.masked_lm_weights
+        positions = masked.masked_lm_positions
+        sample_log_probs = tf.gather(tf.nn.log_softmax(logits), sampled, batch_dims=2)
+        token_rewards = tf.nn.sigmoid_cross_entropy_with_logits(
+            labels=tf.cast(labels, tf.float32), logits=disc_logits)
+        rewards = masking.gather_positions(token_rewards, positions)
+        baseline_logits = tf.cast(tf.squeeze(self.baseline_head(gen_hidden), -1), tf.float32)
+        policy, baseline = objectives.reinforce_losses(sample_log_probs, rewards,
+                                                       baseline_logits, weights,
+                                                       denominators.mlm)
+        return policy + baseline
+
+    def _replaced_mlm_output(self, masked, sequence_output, fake_ids, original_ids, gen_loss,
+                             denominators, sampled, labels) -> PretrainingOutput:
+        """Replace MLM (masked positions only) or All-Tokens MLM (every real token, copy
+        mechanism) on the sampled input; the reported masked-LM metrics are the main model's
+        at the masked positions."""
+        cfg = self.config
+        weights = masked.masked_lm_weights
+        positions = masked.masked_lm_positions
+        table = self.discriminator_encoder.embeddings.word_embeddings
+        if cfg.all_tokens_mlm:
+            mlm_logits = self.mlm_head(sequence_output, table)  # [B, L, V]
+            copy_logits = self.discriminator_head(sequence_output)
+            token_nll = objectives.copy_mechanism_nll(mlm_logits, copy_logits, fake_ids,
+                                                      original_ids)
+            token_weights = tf.cast(masking.candidates_mask(
+                original_ids, masked.input_mask, self.special_ids), tf.float32)
+            main_loss = tf.reduce_sum(token_weights * token_nll) / (
+                tf.reduce_sum(token_weights) + 1e-6)
+            all_preds = objectives.copy_mechanism_predictions(mlm_logits, copy_logits, fake_ids)
+            example_loss = masking.gather_positions(token_nll, positions)
+            preds = masking.gather_positions(all_preds, positions)
+        else:
+            hidden = masking.gather_positions(sequence_output, positions)
+            mlm_logits = self.mlm_head(hidden, table)  # [B, N, V]
+            example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=masked.masked_lm_ids, logits=mlm_logits)
+            main_loss = tf.reduce_sum(weights * example_loss) / (denominators.mlm + 1e-6)
+            preds = tf.argmax(mlm_logits, -1, output_type=tf.int32)
+        mlm_loss_sum = tf.reduce_sum(weights * example_loss)
+        total = cfg.gen_weight * gen_loss + main_loss
+        zero = tf.constant(0.0, tf.float32)
+        return PretrainingOutput(
+            total, mlm_loss_sum / (denominators.mlm + 1e-6), zero, mlm_loss_sum,
+            tf.reduce_sum(weights), zero, tf.reduce_sum(tf.cast(masked.input_mask, tf.float32)),
+            masked.masked_lm_ids, weights, preds, example_loss, sampled, None, None, None, None,
             masked.input_mask)
 
     # -- variables ---------------------------------------------------------------------------
