@@ -1,0 +1,359 @@
+"""Faults a long run meets: torn or corrupted checkpoints, a save interrupted at any point, a full or
+read-only disk, NaN/Inf, and run locks (live, stale, half-written, reused pids).
+
+Kill-and-resume with real SIGKILLs is in test_reliability_kill.py; bad inputs in
+test_reliability_inputs.py.
+"""
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import pretrain_fixtures as fx
+import run_finetuning
+import run_pretraining
+from configure_pretraining import PretrainingConfig
+from tools.kill_resume import KillHook
+from util import checkpoint, io_utils
+from util import training_utils as tu
+
+from tests.test_finetune_data import write_fixtures
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tensors(step: int, size: int = 50) -> dict:
+    rng = np.random.RandomState(step)
+    return {"electra/w": rng.randn(size).astype(np.float32), "adam_m": rng.randn(size // 2),
+            "global_step": np.int64(step)}
+
+
+def files(directory) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL in-process: nothing in the save path catches a BaseException."""
+
+
+def _interrupted_save(directory: str, step: int, ordinal: int) -> str | None:
+    """Runs manager.save(step) until the `ordinal`-th rename/delete; returns where it stopped."""
+    def die():
+        raise Killed()
+
+    hook = KillHook(directory, "*", "any", ordinal, action=die).install()
+    try:
+        checkpoint.CheckpointManager(directory, max_to_keep=2).save(tensors(step), step)
+    except Killed:
+        return hook.fired
+    finally:
+        hook.uninstall()
+    return None
+
+
+def test_a_save_killed_at_any_point_leaves_a_consistent_dir(tmp_path, caplog):
+    base = tmp_path / "base"
+    manager = checkpoint.CheckpointManager(str(base), max_to_keep=2)
+    for step in (1, 2, 3):
+        manager.save(tensors(step), step)
+    points = []
+    for ordinal in range(1, 20):
+        work = tmp_path / f"k{ordinal}"
+        shutil.copytree(base, work)
+        where = _interrupted_save(str(work), 4, ordinal)
+        if where is None:
+            break
+        points.append(where)
+        # What a restarted run sees: the newest checkpoint that is complete, never a torn one.
+        latest = checkpoint.CheckpointManager(str(work)).latest()
+        step = int(latest.rsplit("-", 1)[1])
+        assert step in (3, 4), where
+        got = checkpoint.read_all(latest)
+        for name, value in tensors(step).items():
+            np.testing.assert_array_equal(got[name], value, err_msg=where)
+        # The restarted run saves again: the dir ends with exactly the newest two, no debris.
+        resumed = checkpoint.CheckpointManager(str(work), max_to_keep=2)
+        resumed.save(tensors(4), 4)
+        resumed.save(tensors(5), 5)
+        assert files(work) == ["checkpoint", "model.ckpt-4.data-00000-of-00001",
+                               "model.ckpt-4.index", "model.ckpt-5.data-00000-of-00001",
+                               "model.ckpt-5.index"], where
+    # Every rename and delete of a save was a kill point: data, index, state file, the two files
+    # of the pruned checkpoint.
+    assert len(points) == 5, points
+    assert "index" in points[1] and "checkpoint" in points[2]
+
+
+@pytest.mark.parametrize("damage", ["truncate_index", "truncate_data", "flip_data_byte",
+                                    "delete_data", "empty_state_file", "garbage_state_file"])
+def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, damage, caplog):
+    manager = checkpoint.CheckpointManager(str(tmp_path), max_to_keep=3)
+    manager.save(tensors(1), 1)
+    manager.save(tensors(2), 2)
+    data, index = tmp_path / "model.ckpt-2.data-00000-of-00001", tmp_path / "model.ckpt-2.index"
+    if damage == "truncate_index":
+        index.write_bytes(index.read_bytes()[:20])
+    elif damage == "truncate_data":
+        data.write_bytes(data.read_bytes()[:30])
+    elif damage == "flip_data_byte":
+        raw = bytearray(data.read_bytes())
+        raw[17] ^= 0x01  # one bit: caught by the per-tensor CRC
+        data.write_bytes(bytes(raw))
+    elif damage == "delete_data":
+        data.unlink()
+    elif damage == "empty_state_file":
+        (tmp_path / "checkpoint").write_text("")
+    else:
+        (tmp_path / "checkpoint").write_text("model_checkpoint_path: {{{ garbage")
+    expected = 1 if "state" not in damage else 2
+    latest = manager.latest()
+    assert latest.endswith(f"model.ckpt-{expected}")
+    np.testing.assert_array_equal(checkpoint.read_all(latest)["electra/w"],
+                                  tensors(expected)["electra/w"])
+    if expected == 1:
+        assert "model.ckpt-2 is unreadable" in caplog.text
+    else:
+        # TF's own reader ignores a garbled file ("Checkpoint ignored"); an empty one raises,
+        # and ours then reports it and reads the checkpoint files themselves.
+        assert ("state file" in caplog.text and "unreadable" in caplog.text) or \
+            "Checkpoint ignored" in caplog.text
+
+
+def test_only_unreadable_checkpoints_refuse_a_restart_from_zero(tmp_path):
+    manager = checkpoint.CheckpointManager(str(tmp_path))
+    manager.save(tensors(1), 1)
+    (tmp_path / "model.ckpt-1.data-00000-of-00001").write_bytes(b"xx")
+    with pytest.raises(checkpoint.UnreadableCheckpointsError,
+                       match=r"holds 1 checkpoint\(s\) but none reads back \(model\.ckpt-1: .*\)"
+                             r"\. Refusing to start again from step 0"):
+        manager.latest()
+    # A save torn before its index landed is not a checkpoint: a fresh start is right there.
+    os.remove(tmp_path / "model.ckpt-1.index")
+    assert manager.latest() is None
+
+
+def test_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    io_utils.write_json(str(path), {"accuracy": 0.5})
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(io_utils.os, "fdopen", lambda *a, **k: FullDisk(real_fdopen(*a, **k)))
+    with pytest.raises(OSError, match="No space left"):
+        tu.write_results(str(path), str(tmp_path / "results.txt"), {"accuracy": 0.9})
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"accuracy": 0.5}
+    assert files(tmp_path) == ["results.json"]
+
+
+# -- whole runs: full disk, read-only, NaN ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny pre-trained model at step 2 (checkpoint every 2 steps)."""
+    data = fx.write_data(str(tmp_path_factory.mktemp("faults") / "data"))
+    hparams = fx.tiny_hparams(num_train_steps=2, save_checkpoints_steps=2, iterations_per_loop=2,
+                              do_eval=False)
+    assert run_pretraining.main(["--data-dir", data, "--model-name", "m",
+                                 "--hparams", json.dumps(hparams)]) == 0
+    return data, hparams
+
+
+def _copy_run(trained, tmp_path, **changes):
+    """A copy of the trained data + model whose saved config matches `changes` already."""
+    data, hparams = trained
+    target = str(tmp_path / "data")
+    shutil.copytree(data, target)
+    hparams = dict(hparams, **changes)
+    config = PretrainingConfig.from_hparams("m", target, hparams)
+    io_utils.write_json(os.path.join(config.model_dir, "pretrain_config.json"), config.to_dict())
+    return target, hparams, config.model_dir
+
+
+def _digests(directory) -> dict:
+    return {name: open(os.path.join(directory, name), "rb").read()
+            for name in files(directory) if name.startswith(("model.ckpt", "checkpoint"))}
+
+
+def test_nan_loss_stops_the_run_with_the_step_and_keeps_the_last_good_checkpoint(
+        trained, tmp_path, caplog):
+    # A learning rate of 1e30 throws the weights to ~1e30 at step 3; step 4 overflows to NaN.
+    data, hparams, model_dir = _copy_run(trained, tmp_path, num_train_steps=8, learning_rate=1e30)
+    before = _digests(model_dir)
+    code = run_pretraining.main(["--data-dir", data, "--model-name", "m",
+                                 "--hparams", json.dumps(hparams)])
+    assert code == 3
+    assert "non-finite loss or gradient at step 4" in caplog.text
+    assert f"Last good checkpoint: {model_dir}/model.ckpt-2 (left in place)" in caplog.text
+    assert _digests(model_dir) == before  # nothing saved after the fault, nothing pruned
+
+
+def test_full_disk_mid_run_is_a_clear_error_and_keeps_the_checkpoints(trained, tmp_path):
+    # RLIMIT_FSIZE makes every write past 60 KB fail (EFBIG), in TF's C++ checkpoint writer too:
+    # the path a full disk (ENOSPC) takes, without root to mount a small filesystem. Config and
+    # event files stay small; the step-4 checkpoint (~300 KB) does not fit.
+    data, hparams, model_dir = _copy_run(trained, tmp_path, num_train_steps=4)
+    before = _digests(model_dir)
+    script = ("import resource, sys\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (60000, 60000))\n"
+              "import run_pretraining\nsys.exit(run_pretraining.main(sys.argv[1:]))\n")
+    out = subprocess.run([sys.executable, "-c", script, "--data-dir", data, "--model-name", "m",
+                          "--hparams", json.dumps(hparams)], capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, PYTHONPATH=REPO,
+                                               TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    assert f"cannot write checkpoint {model_dir}/model.ckpt-4: " in out.stderr
+    assert "File too large" in out.stderr and "existing checkpoints are left" in out.stderr
+    assert _digests(model_dir) == before
+    assert not [n for n in files(model_dir) if n.startswith(".tmp")]
+
+
+def test_read_only_finetuning_output_is_a_clear_error(tmp_path, monkeypatch, caplog):
+    write_fixtures(tmp_path, tasks={"sst"})
+    (tmp_path / "vocab.txt").write_text("\n".join(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "movie"]) + "\n")
+    models = str(tmp_path / "models")
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if str(path).startswith(models) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m", "--hparams",
+                                json.dumps({"task_names": ["sst"], "init_checkpoint": "",
+                                            "vocab_size": 7, "max_seq_length": 8})])
+    assert code == 2
+    assert "Read-only file system" in caplog.text and models in caplog.text
+
+
+# -- run locks --------------------------------------------------------------------------------
+
+
+def _write_lock(directory, **owner) -> tu.RunLock:
+    lock = tu.RunLock(str(directory))
+    os.makedirs(directory, exist_ok=True)
+    with open(lock.path, "w") as f:
+        f.write(json.dumps(owner) if owner else "")
+    return lock
+
+
+def test_live_owner_is_refused_with_pid_host_and_lock_path(tmp_path):
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.2)
+        lock = _write_lock(tmp_path, pid=live.pid, host=tu.RunLock(str(tmp_path)).host,
+                           started=time.time())
+        with pytest.raises(tu.RunLockError,
+                           match=rf"in use by another run \(pid {live.pid} on host {lock.host}, "
+                                 rf"lock file {lock.path}\)"):
+            tu.RunLock(str(tmp_path)).acquire()
+    finally:
+        live.kill()
+        live.wait()
+    tu.RunLock(str(tmp_path)).acquire().release()  # its owner died: stale now
+
+
+@pytest.mark.parametrize("kind", ["dead_pid", "own_pid", "reused_pid", "old_other_host",
+                                  "old_empty"])
+def test_stale_locks_are_recognised_and_taken_over(tmp_path, kind, caplog):
+    host = tu.RunLock(str(tmp_path)).host
+    if kind == "dead_pid":
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        lock = _write_lock(tmp_path, pid=dead.pid, host=host, started=time.time())
+    elif kind == "own_pid":  # a restarted container's process often gets the dead one's pid
+        lock = _write_lock(tmp_path, pid=os.getpid(), host=host, started=time.time())
+    elif kind == "reused_pid":  # the pid is alive, but its process started after the lock
+        reused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        lock = _write_lock(tmp_path, pid=reused.pid, host=host, started=time.time() - 3600)
+    elif kind == "old_other_host":
+        lock = _write_lock(tmp_path, pid=123, host="elsewhere", started=0)
+        os.utime(lock.path, (0, 0))
+    else:  # an empty lock (a process killed while writing it, before locks were atomic)
+        lock = _write_lock(tmp_path)
+        os.utime(lock.path, (0, 0))
+    try:
+        taken = tu.RunLock(str(tmp_path)).acquire()
+    finally:
+        if kind == "reused_pid":
+            reused.kill()
+            reused.wait()
+    assert json.loads(open(lock.path).read())["pid"] == os.getpid()
+    assert "taking over stale lock" in caplog.text
+    taken.release()
+    assert not os.path.exists(lock.path)
+
+
+def test_fresh_locks_of_other_hosts_and_half_written_locks_are_respected(tmp_path):
+    _write_lock(tmp_path, pid=123, host="elsewhere", started=time.time())
+    with pytest.raises(tu.RunLockError, match="pid 123 on host elsewhere"):
+        tu.RunLock(str(tmp_path)).acquire()
+    os.remove(tu.RunLock(str(tmp_path)).path)
+    _write_lock(tmp_path)  # empty and young: its writer may still be about to fill it in
+    with pytest.raises(tu.RunLockError, match="in use by another run"):
+        tu.RunLock(str(tmp_path)).acquire()
+
+
+def test_lock_file_is_never_seen_empty(tmp_path, monkeypatch):
+    # The lock appears with its content in one step (a hard link of a written temporary).
+    seen = []
+    real_link = os.link
+
+    def spy(src, dst, *args, **kwargs):
+        seen.append(open(src).read())
+        return real_link(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", spy)
+    lock = tu.RunLock(str(tmp_path)).acquire()
+    assert json.loads(seen[0])["pid"] == os.getpid()
+    assert files(tmp_path) == [".run.lock"]  # the temporary is gone
+    lock.release()
+
+
+def test_second_finetuning_run_on_the_same_model_dir_is_refused(tmp_path, caplog):
+    write_fixtures(tmp_path, tasks={"sst"})
+    (tmp_path / "vocab.txt").write_text("\n".join(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "movie"]) + "\n")
+    runs = tmp_path / "models" / "m" / "finetuning_models"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = tu.RunLock(str(runs), filename=".sst_model.lock")
+        os.makedirs(runs)
+        with open(lock.path, "w") as f:
+            json.dump({"pid": live.pid, "host": lock.host, "started": time.time()}, f)
+        code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m", "--hparams",
+                                    json.dumps({"task_names": ["sst"], "init_checkpoint": "",
+                                                "vocab_size": 7, "max_seq_length": 8})])
+    finally:
+        live.kill()
+        live.wait()
+    assert code == 2
+    assert f"in use by another run (pid {live.pid}" in caplog.text and lock.path in caplog.text
