@@ -201,6 +201,9 @@ class PretrainingConfig(HParams):
             (not self.freeze_generator or (self.electra_objective and learned
                                            and self.untied_generator),
              "freeze_generator", "needs electra_objective and a separate learned generator"),
+            (not self.freeze_generator or (self.generator_hidden_size == 1.0
+                                           and self.generator_layers == 1.0),
+             "freeze_generator", "(two-stage) needs generator_hidden_size and generator_layers 1"),
             (not self.electric_objective or (self.two_tower_generator and learned
                                              and self.untied_generator),
              "electric_objective", "needs two_tower_generator true (cloze probabilities)"),

@@ -187,3 +187,24 @@ def task_cells(row: dict) -> dict:
         scores = ", ".join(f"{s:.1f}" for s in r["scores"])
         cells[f"{task} {r['metric']} (median [seeds])"] = f"{r['median']:.1f} [{scores}]"
     return cells
+
+
+def electra_reference(steps: int) -> tuple[str, dict]:
+    """The ELECTRA baseline every experiment shares (same name, same settings)."""
+    return f"electra_{steps}", {"num_train_steps": steps, "num_warmup_steps": min(50, steps // 10)}
+
+
+def run_rows(args, models: list[tuple[str, str, dict]]) -> list[dict]:
+    """Evaluates (label, model name, overrides) in order; returns rows with `label`."""
+    rows = []
+    for label, name, overrides in models:
+        rows.append(dict(evaluate_model(args.work_dir, name, overrides), label=label))
+    return rows
+
+
+def standard_cells(row: dict) -> dict:
+    pre = row.get("pretrain", {})
+    return {"pre-train s": f"{pre.get('pretrain_seconds', 0):.0f}",
+            "MLM acc (eval)": f"{pre.get('masked_lm_accuracy', float('nan')):.3f}",
+            "disc AUC (eval)": (f"{pre['disc_auc']:.3f}" if "disc_auc" in pre else "-"),
+            **task_cells(row), "mean": f"{row['glue_mean']:.1f}"}

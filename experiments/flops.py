@@ -47,7 +47,8 @@ def pretrain_step_flops(config: PretrainingConfig) -> dict:
         disc.hidden_size + 1)
     gen_fwd = 0
     if not (config.uniform_generator or getattr(config, "unigram_generator", False)):
-        gen = disc if not config.untied_generator else config.generator_config()
+        same = not config.untied_generator or two_stage_frozen  # two-stage: D's shape
+        gen = disc if same else config.generator_config()
         towers = 2 if config.two_tower_generator else 1
         gen_fwd = towers * encoder_forward_flops(gen, b, seq) + mlm_head_forward_flops(
             gen.hidden_size, gen.embedding_size if config.untied_generator_embeddings else e,

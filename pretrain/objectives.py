@@ -225,3 +225,50 @@ def make_two_stage_init(stage1_checkpoint: str, output_prefix: str) -> list[str]
                          "masked-LM (electra_objective false) checkpoint?")
     checkpoint.save_tensors(output_prefix, out)
     return sorted(out)
+
+
+def electra_as_mlm(model, masked: masking.MaskedInputs, top_k: int = 100,
+                   chunk: int = 10) -> dict:
+    """Appendix G on one batch: the generator's and ELECTRA's masked-LM predictions.
+
+    model: a PretrainingModel with a learned generator and a discriminator; masked: the eval
+    masking. For each of the generator's top-k candidates (rank r), every masked position gets
+    its rank-r candidate and the discriminator scores it -- the paper's simplifying assumption
+    (Appendix F) that D's output at t depends only on x_t and the unmasked tokens. ELECTRA's
+    prediction is the candidate with the best Appendix-G score. Returns float sums:
+    weight, generator_correct, electra_correct, in_top_k (original among the candidates).
+    """
+    logits, _, _ = model._generator_logits(masked, False, None)
+    log_probs = tf.nn.log_softmax(logits)
+    top_log_probs, candidates = tf.math.top_k(log_probs, k=top_k)  # [B, N, K]
+    original = masking.unmask(masked)
+    positions = masked.masked_lm_positions
+    real_probs = []
+    for start in range(0, top_k, chunk):
+        ranks = list(range(start, min(top_k, start + chunk)))
+        fakes = tf.concat([masking.scatter_update(original, candidates[:, :, r], positions)[0]
+                           for r in ranks], 0)  # [len(ranks) * B, L]
+        times = len(ranks)
+        encoded = model.discriminator_encoder(fakes, tf.tile(masked.input_mask, [times, 1]),
+                                              tf.tile(masked.segment_ids, [times, 1]),
+                                              training=False)
+        replaced_logits = model.discriminator_head(encoded.sequence_output)
+        at_positions = masking.gather_positions(replaced_logits,
+                                                tf.tile(positions, [times, 1]))
+        for part in tf.split(at_positions, times, 0):
+            real_probs.append(tf.sigmoid(-part))  # P(original) = 1 - P(replaced)
+    real_probs = tf.stack(real_probs, -1)  # [B, N, K]
+    scores = electra_mlm_scores(top_log_probs, real_probs, model.config.mask_prob)
+    electra_pred = tf.gather(candidates, tf.argmax(scores, -1, output_type=tf.int32),
+                             batch_dims=2)
+    gen_pred = candidates[:, :, 0]
+    w = masked.masked_lm_weights
+    ids = masked.masked_lm_ids
+
+    def hits(pred):
+        return float(tf.reduce_sum(w * tf.cast(tf.equal(pred, ids), tf.float32)))
+
+    in_top = tf.reduce_any(tf.equal(candidates, ids[..., tf.newaxis]), -1)
+    return {"weight": float(tf.reduce_sum(w)), "generator_correct": hits(gen_pred),
+            "electra_correct": hits(electra_pred),
+            "in_top_k": float(tf.reduce_sum(w * tf.cast(in_top, tf.float32)))}

@@ -157,7 +157,9 @@ class PretrainingModel(tf.Module):
         elif not config.uniform_generator:
             separate = (self.has_discriminator or self.replaced_mlm) and config.untied_generator
             if separate:
-                gen_config = config.generator_config()
+                # Two-stage training needs a generator of exactly the discriminator's shape.
+                gen_config = (copy.deepcopy(self.disc_config) if config.freeze_generator
+                              else config.generator_config())
                 shared = None
                 if config.untied_generator_embeddings:
                     # Official: own embeddings of the generator's hidden size.

@@ -1,0 +1,40 @@
+"""Two-stage training (Section 3.2 of the paper), between the stages.
+
+Stage 1 trains a masked LM (electra_objective false) of the discriminator's size. This tool
+writes a checkpoint whose discriminator (`electra/`) and generator (`generator/`) are both that
+masked LM; stage 2 starts from it with the generator frozen:
+
+    python run_pretraining.py --data-dir DATA --model-name stage1 \
+        --hparams '{"electra_objective": false, ...}'
+    python tools/two_stage_init.py DATA/models/stage1 DATA/stage2_init/model.ckpt-0
+    python run_pretraining.py --data-dir DATA --model-name stage2 --hparams '{"freeze_generator":
+        true, "generator_hidden_size": 1.0, "init_checkpoint": "DATA/stage2_init/model.ckpt-0", ...}'
+
+The token embeddings stay shared (`electra/embeddings`, ELECTRA's tied embeddings): in stage 2
+the discriminator keeps training them, everything else of the generator is frozen.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pretrain import objectives  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stage1", help="stage-1 model dir or checkpoint prefix")
+    parser.add_argument("output_prefix", help="checkpoint prefix to write, e.g. DIR/model.ckpt-0")
+    args = parser.parse_args()
+    try:
+        names = objectives.make_two_stage_init(args.stage1, args.output_prefix)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(names)} variables to {args.output_prefix}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
