@@ -23,8 +23,8 @@ run_finetuning.py can start from, with bert_config.json, vocab.txt and a checkpo
     python run_finetuning.py --data-dir DATA --model-name hf_small \\
         --hparams '{"task_names": ["sst"], ...the architecture hparams the import prints}'
 
-Hugging Face files: config.json (ElectraConfig keys; hidden_act "gelu_new", the tanh GELU this
-code computes), model.safetensors (HF names, linear weights [out, in]), vocab.txt,
+Hugging Face files: config.json (ElectraConfig keys; hidden_act "gelu", the exact GELU of the
+official code and of this one), model.safetensors (HF names, linear weights [out, in]), vocab.txt,
 tokenizer_config.json and special_tokens_map.json. How each variable maps, and how the official
 one-layer classifier head maps onto ElectraClassificationHead: model/hf_conversion.py.
 Outputs are written to a temporary directory next to --output and renamed into place.

@@ -37,10 +37,9 @@ tools/check_hf_equivalence.py); our exact bias travels in the safetensors metada
 ours -> HF -> ours is bit-identical. An HF-trained head
 (a real dense layer) has no official equivalent: import keeps its encoder and reports the head.
 
-Activations. Our "gelu" is the tanh approximation (BERT/ELECTRA), which HF calls "gelu_new"; the
-exported config says so and the encoder and discriminator head then match. HF's generator head
-hard-codes the exact (erf) GELU, so an exported generator's logits differ from ours by the
-erf-vs-tanh gap (|diff| <= ~5e-4 per activation).
+Activations. Our "gelu" is the exact (erf) GELU of the official ELECTRA code, which is also what
+HF calls "gelu" (and hard-codes in its generator head), so names map one to one; HF's tanh form
+"gelu_new" (alias "gelu_pytorch_tanh") runs here as "gelu_new".
 """
 import json
 import math
@@ -53,10 +52,11 @@ from model import modeling
 
 HF_PREFIX = "electra"
 # Our BertConfig.hidden_act -> HF ElectraConfig.hidden_act (ACT2FN names).
-ACT_TO_HF = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "linear"}
-# HF -> ours. "gelu" (exact, erf) has no exact counterpart here: imported as our tanh GELU.
-ACT_FROM_HF = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu", "relu": "relu",
-               "tanh": "tanh", "linear": "linear"}
+ACT_TO_HF = {"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu", "tanh": "tanh",
+             "linear": "linear"}
+# HF -> ours.
+ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
+               "relu": "relu", "tanh": "tanh", "linear": "linear"}
 ARCHITECTURES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM",
                  "classifier": "ElectraForSequenceClassification",
                  "tagger": "ElectraForTokenClassification"}
@@ -173,7 +173,6 @@ def hf_config(config: modeling.BertConfig, kind: str, pad_token_id: int = 0,
         "num_hidden_layers": config.num_hidden_layers,
         "num_attention_heads": config.num_attention_heads,
         "intermediate_size": config.intermediate_size,
-        # Ours is the tanh approximation; HF's "gelu" would be the exact erf form.
         "hidden_act": ACT_TO_HF[config.hidden_act],
         "hidden_dropout_prob": config.hidden_dropout_prob,
         "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
@@ -216,9 +215,6 @@ def bert_config_from_hf(values: dict, where: str = "config.json"
     if act not in ACT_FROM_HF:
         raise ConversionError(f"{where}: hidden_act {act!r} is not supported here; expected one of "
                               f"{sorted(ACT_FROM_HF)}")
-    if act == "gelu":
-        notes.append("hidden_act 'gelu' (exact erf form) runs here as the tanh approximation "
-                     "ELECTRA was trained with; activations differ by at most ~5e-4")
     eps = float(values.get("layer_norm_eps", 1e-12))
     if eps != 1e-12:
         notes.append(f"layer_norm_eps {eps} is used here as 1e-12")

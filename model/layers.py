@@ -64,12 +64,20 @@ def dropout(x: tf.Tensor, rate: float, seeds: SeedStream | None, training: bool)
 
 
 def gelu(x: tf.Tensor) -> tf.Tensor:
-    """GELU, tanh approximation, as BERT and ELECTRA use (Hugging Face calls it "gelu_new")."""
+    """Exact GELU, x * Phi(x) with the erf form, as the official ELECTRA code (and Hugging Face's
+    "gelu") computes it."""
+    cdf = 0.5 * (1.0 + tf.math.erf(x * tf.cast(1.0 / math.sqrt(2.0), x.dtype)))
+    return x * cdf
+
+
+def gelu_tanh(x: tf.Tensor) -> tf.Tensor:
+    """GELU's tanh approximation (later BERT code; Hugging Face "gelu_new"), for imported models."""
     cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
     return x * cdf
 
 
-ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh, "linear": None}
+ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "relu": tf.nn.relu, "tanh": tf.tanh,
+               "linear": None}
 
 
 def get_activation(name: str | None):

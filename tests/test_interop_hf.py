@@ -165,8 +165,8 @@ def test_config_and_tokenizer_files(source, tmp_path):
     _, config = read_export(tmp_path / "disc")
     assert config["architectures"] == ["ElectraForPreTraining"]
     assert config["model_type"] == "electra"
-    # Our GELU is the tanh approximation, which HF names gelu_new.
-    assert config["hidden_act"] == "gelu_new"
+    # Our GELU is the exact erf form of the official code, which HF names gelu.
+    assert config["hidden_act"] == "gelu"
     assert {k: config[k] for k in ("vocab_size", "embedding_size", "hidden_size",
                                    "num_hidden_layers", "num_attention_heads",
                                    "intermediate_size", "max_position_embeddings",
@@ -384,15 +384,15 @@ def test_official_release_dir_without_configs_exports(source, tmp_path):
                                   tensors["electra/embeddings/word_embeddings"])
 
 
-def test_hf_config_reading_notes_the_exact_gelu():
+def test_hf_config_activation_names_map_one_to_one():
     values = hf_conversion.hf_config(hf_conversion.modeling.BertConfig(vocab_size=10, hidden_size=8,
                                                                       num_attention_heads=2),
                                      "discriminator")
     config, notes = hf_conversion.bert_config_from_hf(values)
     assert config.hidden_act == "gelu" and not notes
-    values["hidden_act"] = "gelu"  # exact erf GELU, as Google's HF configs say
+    values["hidden_act"] = "gelu_pytorch_tanh"  # HF's tanh approximation
     config, notes = hf_conversion.bert_config_from_hf(values)
-    assert config.hidden_act == "gelu" and "tanh approximation" in notes[0]
+    assert config.hidden_act == "gelu_new" and not notes
     values["model_type"] = "bert"
     with pytest.raises(ValueError, match="not 'electra'"):
         hf_conversion.bert_config_from_hf(values)
