@@ -15,6 +15,11 @@ def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> I
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    # mkstemp creates 0600 files; give the result the usual mode (0666 minus the umask) so shared
+    # model directories stay readable by their group.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)
     try:
         if "b" in mode:
             encoding = None
