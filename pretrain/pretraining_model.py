@@ -343,7 +343,9 @@ class PretrainingModel(tf.Module):
             total, mlm_loss, disc_loss, mlm_loss_sum, tf.reduce_sum(weights), disc_loss_sum,
             tf.reduce_sum(token_weights), masked.masked_lm_ids, weights, preds, example_loss,
             sampled, tf.sigmoid(disc_logits), disc_preds, labels, disc_example_loss,
-            tf.cast(token_weights, tf.int32))
+            # Metrics (accuracy, AUC) over every real token, also for electra_15: restricting
+            # them to the masked positions would count the rest as confident negatives.
+            masked.input_mask)
 
     def _adversarial_loss(self, logits, gen_hidden, sampled, disc_logits, labels, masked,
                           denominators):
