@@ -208,3 +208,14 @@ def standard_cells(row: dict) -> dict:
             "MLM acc (eval)": f"{pre.get('masked_lm_accuracy', float('nan')):.3f}",
             "disc AUC (eval)": (f"{pre['disc_auc']:.3f}" if "disc_auc" in pre else "-"),
             **task_cells(row), "mean": f"{row['glue_mean']:.1f}"}
+
+
+def wait_for_results(work: str, name: str, timeout: float = 3600.0) -> None:
+    """Waits until models/<name> has fine-tuning results of every task (or a timeout, after
+    which the caller trains it itself)."""
+    data = os.path.join(work, "data")
+    paths = [os.path.join(data, "models", name, "results", f"{task}_results.json")
+             for task in TASKS]
+    deadline = time.time() + timeout
+    while time.time() < deadline and not all(os.path.exists(p) for p in paths):
+        time.sleep(20)

@@ -38,7 +38,12 @@ def main() -> None:
               (f"Two-stage ELECTRA ({half} MLM + {half} frozen-generator steps)",
                f"twostage_{half}_{half}", stage2),
               ("BERT", f"bert_{steps}", dict(ref, electra_objective=False))]
-    rows = common.run_rows(args, models)
+    # Own models first; the shared ones (exp2's gen100, exp3's BERT) may be in training by
+    # another experiment: wait for their results rather than train them twice.
+    own = common.run_rows(args, models[1:3])
+    for _, name, _ in (models[0], models[3]):
+        common.wait_for_results(args.work_dir, name)
+    rows = [common.run_rows(args, models[:1])[0]] + own + [common.run_rows(args, models[3:])[0]]
     for row in rows:
         row["cells"] = {"training algorithm": row["label"], **common.standard_cells(row)}
     notes = (f"{steps} pre-training steps in total for each (two-stage: {half} + {half}); "
