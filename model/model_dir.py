@@ -129,5 +129,10 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
     vocab = vocab_file or _find_vocab(path, kind)
     if vocab_file and not os.path.isfile(vocab_file):
         raise ValueError(f"vocabulary file {vocab_file} does not exist")
+    if vocab:
+        size = len(tokenization.load_vocab(vocab))
+        if size > bert_config.vocab_size:  # its last ids would index past the embedding table
+            raise ValueError(f"vocabulary {vocab} has {size} tokens but the model in {path} has "
+                             f"vocab_size {bert_config.vocab_size}: not this model's vocabulary")
     return ModelDir(path, kind, bert_config, generator_config, prefix, vocab, do_lower_case,
                     settings, notes)
