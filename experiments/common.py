@@ -217,5 +217,8 @@ def wait_for_results(work: str, name: str, timeout: float = 3600.0) -> None:
     paths = [os.path.join(data, "models", name, "results", f"{task}_results.json")
              for task in TASKS]
     deadline = time.time() + timeout
-    while time.time() < deadline and not all(os.path.exists(p) for p in paths):
+    def done(path):
+        return os.path.exists(path) and io_utils.read_json(path).get("num_trials") == 3
+
+    while time.time() < deadline and not all(done(p) for p in paths):
         time.sleep(20)
