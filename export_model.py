@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.model not in (None, "classifier"):
                 raise ValueError("--format saved_model exports fine-tuned models only")
             export_saved_model(md, args.output, args.overwrite)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # OSError: disk full, read-only output
         log.error("%s", e)
         return 2
     return 0

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         results = score(md, args.texts, corrupt=args.corrupt, generator=args.generator,
                         seed=args.seed, mask_prob=args.mask_prob,
                         do_lower_case=args.do_lower_case, max_seq_length=args.max_seq_length)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         log.error("%s", e)
         return 2
     for text, result in zip(args.texts, results):
