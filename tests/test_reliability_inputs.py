@@ -554,6 +554,14 @@ def export_over_existing_output(env, tmp):
 
 
 @case
+def export_output_not_writable(env, tmp):
+    (tmp / "taken").write_text("a file where the output's parent directory should be")
+    return (lambda: export_model.main(["--model-dir", env.model_dir, "--format", "huggingface",
+                                       "--output", str(tmp / "taken" / "hf")])), [
+        r"Not a directory|File exists", r"taken"]
+
+
+@case
 def export_model_dir_without_checkpoint(env, tmp):
     (tmp / "empty").mkdir()
     return (lambda: export_model.main(["--model-dir", str(tmp / "empty"), "--format",
