@@ -238,7 +238,7 @@ def electra_as_mlm(model, masked: masking.MaskedInputs, top_k: int = 100,
     prediction is the candidate with the best Appendix-G score. Returns float sums:
     weight, generator_correct, electra_correct, in_top_k (original among the candidates).
     """
-    logits, _, _ = model._generator_logits(masked, False, None)
+    logits = model._generator_logits(masked, False, None)
     log_probs = tf.nn.log_softmax(logits)
     top_log_probs, candidates = tf.math.top_k(log_probs, k=top_k)  # [B, N, K]
     original = masking.unmask(masked)

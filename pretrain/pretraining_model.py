@@ -222,6 +222,10 @@ class PretrainingModel(tf.Module):
                             tf.reduce_sum(tf.cast(masked.input_mask, tf.float32)))
 
     def _generator_logits(self, masked: masking.MaskedInputs, training: bool, seed):
+        """float32 logits [B, N, V] of the generator at the masked positions."""
+        return self._generator_outputs(masked, training, seed)[0]
+
+    def _generator_outputs(self, masked: masking.MaskedInputs, training: bool, seed):
         """float32 logits [B, N, V] at the masked positions, the generator's sequence output
         there [B, N, Hg] (None without a generator network) and, for the two-tower generator,
         the cloze logits at every position [B, L, V] (else None)."""
@@ -264,7 +268,7 @@ class PretrainingModel(tf.Module):
             disc_seed = tf.random.experimental.stateless_fold_in(dropout_seed, 2, alg="philox")
 
         # Generator: masked-LM on the masked positions only.
-        logits, gen_hidden, cloze_logits = self._generator_logits(masked, training, gen_seed)
+        logits, gen_hidden, cloze_logits = self._generator_outputs(masked, training, gen_seed)
         if cfg.freeze_generator:
             logits = tf.stop_gradient(logits)
         weights = masked.masked_lm_weights
