@@ -6,27 +6,31 @@ Python installation has (the standard library's documentation), in a few minutes
 Steps:
 1. Corpus: the docstrings of the standard library modules and the language reference topics that
    ship with Python (pydoc_data), one document per module, one paragraph per line. Every fourth
-   module is held out from pre-training and used only for the fine-tuning task.
+   module and every second reference topic are held out from pre-training and used only for the fine-tuning task.
 2. A SentencePiece vocabulary trained on the corpus, then pre-training tfrecords
    (build_pretraining_dataset.py).
 3. A tiny ELECTRA pre-trained with a progress bar (run_pretraining.py).
 4. The discriminator scores a sentence in which a word was replaced by hand.
-5. Fine-tuning on "word order": sentences from the held-out modules, half of them with two words
-   swapped (label 0) and half untouched (label 1) -- a CoLA-style acceptability task derived from
-   the corpus, scored with accuracy and Matthews correlation, against the same model trained from
-   random initialisation.
+5. Fine-tuning on "reference or library?": sentences of the held-out documents, labelled by
+   whether they come from the language reference (1) or from a module's docstrings (0), balanced,
+   in the SST-2 file layout; scored with accuracy against the same model trained from random
+   initialisation.
 """
+import argparse
 import contextlib
 import importlib
 import inspect
+import json
 import io
 import os
 import pkgutil
 import random
 import re
+import subprocess
 import sys
 import warnings
 
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 # Modules with side effects on import (a browser, a poem, a GUI) or nothing to read.
 SKIP_MODULES = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "__main__",
                 "lib2to3", "ensurepip", "venv", "pydoc_data", "test", "msvcrt", "winreg",
@@ -105,55 +109,175 @@ def split_sentences(paragraph: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", paragraph) if 6 <= len(s.split()) <= 40]
 
 
-def swap_two_words(sentence: str, rng: random.Random) -> str:
-    words = sentence.split()
-    for _ in range(10):
-        i, j = sorted(rng.sample(range(len(words)), 2))
-        if words[i].lower() != words[j].lower():
-            words[i], words[j] = words[j], words[i]
-            return " ".join(words)
-    return ""
-
-
 def write_corpus_and_task(work_dir: str, seed: int = 0) -> dict:
-    """Writes corpus/*.txt (pre-training) and finetuning_data/cola/*.tsv (the word-order task)."""
+    """Writes corpus/*.txt (pre-training) and finetuning_data/sst/*.tsv (the labelled task).
+
+    The task: does a sentence come from the language reference (label 1) or from a library
+    module's docstrings (label 0)? Sentences come only from the held-out documents, the classes
+    are balanced by subsampling the larger one, and the split is 70/15/15.
+    """
     rng = random.Random(seed)
     documents = stdlib_documents()
-    held_out = documents[::4]
-    pretrain = [d for i, d in enumerate(documents) if i % 4]
+    # Every fourth module and every second reference topic (the rarer class) are held out.
+    is_held_out = [i % (2 if name.startswith("topic:") else 4) == 0
+                   for i, (name, _) in enumerate(documents)]
+    held_out = [d for d, out in zip(documents, is_held_out) if out]
+    pretrain = [d for d, out in zip(documents, is_held_out) if not out]
     corpus_dir = os.path.join(work_dir, "corpus")
     os.makedirs(corpus_dir, exist_ok=True)
     for shard in range(4):
         with open(os.path.join(corpus_dir, f"stdlib_docs_{shard}.txt"), "w", encoding="utf-8") as f:
             for _, paragraphs in pretrain[shard::4]:
                 f.write("\n".join(paragraphs) + "\n\n")
-    sentences = sorted({s for _, ps in held_out for p in ps for s in split_sentences(p)})
-    rng.shuffle(sentences)
-    rows = []
-    for sentence in sentences:
-        if rng.random() < 0.5:
-            swapped = swap_two_words(sentence, rng)
-            if swapped:
-                rows.append((0, swapped))
-                continue
-        rows.append((1, sentence))
+    by_label = {0: set(), 1: set()}
+    for name, paragraphs in held_out:
+        label = 1 if name.startswith("topic:") else 0
+        by_label[label].update(s for p in paragraphs for s in split_sentences(p))
+    per_class = min(len(v) for v in by_label.values())
+    rows = [(label, sentence) for label, sentences in by_label.items()
+            for sentence in rng.sample(sorted(sentences), per_class)]
+    rng.shuffle(rows)
     n = len(rows)
     splits = {"train": rows[: int(n * 0.7)], "dev": rows[int(n * 0.7): int(n * 0.85)],
               "test": rows[int(n * 0.85):]}
-    task_dir = os.path.join(work_dir, "finetuning_data", "cola")
+    task_dir = os.path.join(work_dir, "finetuning_data", "sst")
     os.makedirs(task_dir, exist_ok=True)
-    for split in ("train", "dev"):
+    for split in ("train", "dev"):  # the SST-2 layout of GLUE
         with open(os.path.join(task_dir, f"{split}.tsv"), "w", encoding="utf-8") as f:
-            for label, text in splits[split]:
-                f.write(f"stdlib\t{label}\t\t{text}\n")  # CoLA layout: no header
+            f.write("sentence\tlabel\n")
+            f.writelines(f"{text}\t{label}\n" for label, text in splits[split])
     with open(os.path.join(task_dir, "test.tsv"), "w", encoding="utf-8") as f:
         f.write("index\tsentence\n")
-        for i, (_, text) in enumerate(splits["test"]):
-            f.write(f"{i}\t{text}\n")
+        f.writelines(f"{i}\t{text}\n" for i, (_, text) in enumerate(splits["test"]))
     corpus_mb = sum(os.path.getsize(os.path.join(corpus_dir, p)) for p in os.listdir(corpus_dir)) / 1e6
     return dict(documents=len(documents), pretrain_documents=len(pretrain), corpus_mb=corpus_mb,
                 task_sizes={k: len(v) for k, v in splits.items()})
 
 
+def _run(step: str, args: list[str], env: dict | None = None) -> None:
+    """Runs one of the project's scripts as a user would, stopping the demo if it fails."""
+    print(f"\n== {step}\n$ python {' '.join(args)}", flush=True)
+    result = subprocess.run([sys.executable] + args, cwd=REPO_DIR, env=env)
+    if result.returncode != 0:
+        sys.exit(f"demo: step '{step}' failed (exit code {result.returncode}); see the messages above")
+
+
+def _pick_demo_sentence(work_dir: str) -> tuple[str, str]:
+    """A held-out dev sentence and the same sentence with one word replaced by hand."""
+    with open(os.path.join(work_dir, "finetuning_data", "sst", "dev.tsv"), encoding="utf-8") as f:
+        originals = [line.split("\t")[0] for line in list(f)[1:]]
+    sentence = min((s for s in originals if 8 <= len(s.split()) <= 14), key=len)
+    words = sentence.split()
+    position = len(words) // 2
+    # A frequent word of the corpus, so that it is one piece of the vocabulary.
+    words[position] = "string" if words[position].lower() != "string" else "file"
+    return sentence, " ".join(words)
+
+
+def _scores(results_json: str) -> dict:
+    with open(results_json, encoding="utf-8") as f:
+        results = json.load(f)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Examples:\n  python demo.py\n  python demo.py --work-dir /tmp/electra_demo "
+               "--pretrain-steps 300   # a shorter run")
+    parser.add_argument("--work-dir", default="demo_run",
+                        help="where the corpus, data and models go (default demo_run/; a finished "
+                             "step is reused when the demo is run again). Example: --work-dir /tmp/d")
+    parser.add_argument("--pretrain-steps", type=int, default=1000,
+                        help="pre-training steps (default 1000, about 5 minutes on 2 cores). "
+                             "Example: --pretrain-steps 300")
+    parser.add_argument("--finetune-epochs", type=float, default=3.0,
+                        help="fine-tuning epochs on the reference-or-library task (default 3)")
+    parser.add_argument("--vocab-size", type=int, default=4000,
+                        help="SentencePiece vocabulary trained on the corpus (default 4000)")
+    args = parser.parse_args(argv)
+    work = os.path.abspath(args.work_dir)
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+    print(f"== 1/5 corpus: the standard library's documentation -> {work}/corpus", flush=True)
+    # In a child process: importing hundreds of stdlib modules should not touch the demo's own.
+    info = subprocess.run([sys.executable, os.path.abspath(__file__), "--write-corpus", work],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    print(info)
+
+    tfrecords = os.path.join(work, "pretrain_tfrecords")
+    _run("2/5 pre-training data (a SentencePiece vocabulary trained on the corpus first)",
+         ["build_pretraining_dataset.py", "--corpus-dir", os.path.join(work, "corpus"),
+          "--vocab-size", str(args.vocab_size), "--output-dir", tfrecords,
+          "--max-seq-length", "128", "--num-processes", "2"], env)
+    spm_model = os.path.join(tfrecords, "spm.model")
+    tiny = {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 2,
+            "intermediate_size": 512}
+    pretrain_hparams = {
+        "model_size": "small", "model_hparam_overrides": tiny, "embedding_size": 64,
+        "generator_hidden_size": 0.25, "vocab_file": spm_model, "vocab_size": args.vocab_size,
+        "train_batch_size": 32, "max_seq_length": 128,
+        "num_train_steps": args.pretrain_steps, "num_warmup_steps": args.pretrain_steps // 10,
+        "learning_rate": 1e-3, "adam_bias_correction": True, "lr_decay_after_warmup": True,
+        "save_checkpoints_steps": max(100, args.pretrain_steps // 4), "iterations_per_loop": 50,
+        "do_eval": True, "num_eval_steps": 20, "eval_batch_size": 32,
+        "compute_dtype": "bfloat16" if _has_bf16() else "float32"}
+    _run("3/5 pre-training a tiny ELECTRA (hidden 128, 3 layers, generator 1/4 width)",
+         ["run_pretraining.py", "--data-dir", work, "--model-name", "demo",
+          "--hparams", json.dumps(pretrain_hparams)], env)
+    model_dir = os.path.join(work, "models", "demo")
+
+    original, replaced = _pick_demo_sentence(work)
+    print(f"\n== 4/5 the discriminator reads a sentence in which one word was replaced by hand"
+          f"\n   original: {original}\n   replaced: {replaced}", flush=True)
+    _run("scoring", ["score_text.py", "--model-dir", model_dir, replaced], env)
+
+    finetune = {"task_names": ["sst"], "vocab_file": spm_model, "vocab_size": args.vocab_size,
+                "max_seq_length": 64, "num_train_epochs": args.finetune_epochs,
+                "learning_rate": 1e-3, "layerwise_lr_decay": 0.8, "adam_bias_correction": True,
+                "lr_decay_after_warmup": True, "train_batch_size": 32}
+    _run("5/5 fine-tuning on the reference-or-library task (from the pre-trained model)",
+         ["run_finetuning.py", "--data-dir", work, "--model-name", "demo",
+          "--hparams", json.dumps(finetune)], env)
+    scratch = dict(finetune, init_checkpoint="", model_hparam_overrides=tiny, embedding_size=64,
+                   model_dir=os.path.join(model_dir, "finetuning_models", "sst_scratch_model"),
+                   results_txt=os.path.join(model_dir, "results", "sst_scratch_results.txt"),
+                   results_json=os.path.join(model_dir, "results", "sst_scratch_results.json"))
+    _run("the same fine-tuning from random initialisation, for comparison",
+         ["run_finetuning.py", "--data-dir", work, "--model-name", "demo",
+          "--hparams", json.dumps(scratch)], env)
+
+    print("\n== scores on the reference-or-library task's dev set (accuracy)")
+    for label, path in (("pre-trained ELECTRA", "sst_results.json"),
+                        ("random initialisation", "sst_scratch_results.json")):
+        print(f"   {label:24s} {_summary(os.path.join(model_dir, 'results', path))}")
+    print(f"\nEverything is in {work}: models/demo (checkpoints, TensorBoard logs, results/).")
+    return 0
+
+
+def _summary(results_json: str) -> str:
+    results = _scores(results_json)
+    median = results.get("median", results)
+    task = median.get("sst", median)
+    return "  ".join(f"{k} {v:.1f}" for k, v in sorted(task.items())
+                     if isinstance(v, (int, float)) and k == "accuracy")
+
+
+def _has_bf16() -> bool:
+    """bfloat16 compute pays off on CPUs with AVX-512 bf16 (and on GPUs/TPUs)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return "avx512_bf16" in f.read()
+    except OSError:
+        return False
+
+
 if __name__ == "__main__":
-    print(write_corpus_and_task(sys.argv[1] if len(sys.argv) > 1 else "demo_run"))
+    if len(sys.argv) == 3 and sys.argv[1] == "--write-corpus":
+        summary = write_corpus_and_task(sys.argv[2])
+        print(f"{summary['documents']} documents ({summary['pretrain_documents']} for pre-training, "
+              f"{summary['corpus_mb']:.1f} MB); reference-or-library task sizes {summary['task_sizes']}")
+        sys.exit(0)
+    sys.exit(main())
