@@ -42,8 +42,7 @@ def main() -> None:
     for row in rows:
         row["cells"] = {"model": row["name"], "pre-train steps": row["steps"],
                         "pre-train FLOPs": f"{row['flops']:.2e}",
-                        "pre-train s": f"{row.get('pretrain', {}).get('pretrain_seconds', 0):.0f}",
-                        **common.task_cells(row), "mean": f"{row['glue_mean']:.1f}"}
+                        **common.standard_cells(row)}
     columns = list(rows[-1]["cells"])
     notes = (f"FLOPs per step (forward + 2x backward, experiments/flops.py): ELECTRA "
              f"{electra_flops:.3e}, BERT {bert_flops:.3e}. Tiny model (hidden 128, 2 layers, "
