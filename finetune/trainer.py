@@ -278,7 +278,13 @@ class ModelRunner:
                               "learning_rate": float(self.optimizer.learning_rate())}
                     if self.float16:
                         values["loss_scale"] = float(self.loss_scale.numpy())
-                    training_utils.check_finite(values, step, f" (trial {self.trial})")
+                    try:
+                        training_utils.check_finite(values, step, f" (trial {self.trial})")
+                    except training_utils.NonFiniteError as e:
+                        raise training_utils.NonFiniteError(
+                            f"{e}; training stopped. Last good checkpoint: "
+                            f"{self.manager.latest() or 'none'} (left in place)",
+                            e.step, e.names) from None
                     progress.update(step - epoch_start, examples=n * data.batch_size,
                                     loss=values["loss"], lr=values["learning_rate"])
                     summaries.scalars(step, values, prefix="train/")
