@@ -7,6 +7,7 @@ test_reliability_inputs.py.
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -357,3 +358,26 @@ def test_second_finetuning_run_on_the_same_model_dir_is_refused(tmp_path, caplog
         live.wait()
     assert code == 2
     assert f"in use by another run (pid {live.pid}" in caplog.text and lock.path in caplog.text
+
+
+def test_nan_in_finetuning_stops_with_the_step_and_keeps_the_last_checkpoint(tmp_path, caplog):
+    # An lr of 1e30 throws the weights to ~1e30 at the first step with lr > 0; the next step's
+    # loss is no longer finite.
+    write_fixtures(tmp_path, tasks={"sst"})
+    (tmp_path / "vocab.txt").write_text("\n".join(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "movie", "is", "good", "bad"]) + "\n")
+    hparams = {"task_names": ["sst"], "init_checkpoint": "", "vocab_size": 10, "max_seq_length": 8,
+               "train_batch_size": 1, "num_train_epochs": 2.0, "learning_rate": 1e30,
+               "save_checkpoints_steps": 1, "embedding_size": 16,
+               "model_hparam_overrides": {"hidden_size": 16, "num_hidden_layers": 1,
+                                          "num_attention_heads": 1, "intermediate_size": 32}}
+    code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m",
+                                "--hparams", json.dumps(hparams)])
+    assert code == 3
+    match = re.search(r"non-finite values at step (\d+) \(trial 1\): loss=nan", caplog.text)
+    step = int(match.group(1))  # the warm-up starts at lr 0: the first steps are still finite
+    trial = tmp_path / "models" / "m" / "finetuning_models" / "sst_model_1"
+    latest = checkpoint.CheckpointManager(str(trial)).latest()
+    assert latest.endswith(f"model.ckpt-{step - 1}")
+    assert f"Last good checkpoint: {latest} (left in place)" in caplog.text
+    assert not (tmp_path / "models" / "m" / "results").exists()  # no results from a NaN model
