@@ -1,0 +1,284 @@
+"""Helpers shared by the speed benchmarks: machine state, matmul limit, FLOPs, the peer, output.
+
+FLOPs conventions (all per optimizer step, generator + discriminator, N = max_predictions_per_seq
+masked positions per sequence go through the generator's vocabulary projection):
+
+- `appendix_e` (the key `train_flops_per_step`): the paper's Appendix E counting as the issue
+  states it: matrix multiplies as 2*m*n*k, backward = 2 x forward (train = 3 x forward), embedding
+  lookups counted as dense one-hot matmuls (word 2*E*V, position 2*E*L, token type 2*E*2 per
+  token, for both networks). Only matmul-shaped work is counted.
+- `executed`: the matmuls the step really executes, 2*m*n*k, train = 3 x forward, lookups not
+  counted. This is the Hugging Face peer's `train_flops_per_step` convention (the benchmark checks
+  the two agree for the peer's configuration), and the only count that may be compared with a
+  matmul limit: `fraction_of_limit` = executed FLOP/s / the limit measured in the same run.
+- `paper_formula`: the official flops_computation.py formula (train = 2 x forward, non-matmul
+  ops counted, output softmax on 15.625% of the tokens); the peer's
+  `paper_formula_train_flops_per_step`.
+"""
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+PEER_DIR = os.path.join(SHARED, "peers")
+PEER_PYTHON = os.path.join(os.path.dirname(ROOT), "peer-venv", "bin", "python")
+# BERT uncased ids (the peer's): synthetic batches use them so both sides mask alike.
+PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 101, 102, 103
+FIRST_WORD_ID = 999  # the peer draws tokens from [999, vocab)
+
+# official flops_computation.py constants (non-matmul op counts)
+_DROPOUT, _LAYER_NORM, _ACTIVATION, _SOFTMAX = 4, 5, 8, 5
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine state.
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def wait_for_idle(threshold: float, max_wait: float, label: str = "") -> float:
+    """Polls the 1-minute load average until it is below `threshold` (at most `max_wait` s).
+
+    Prints the load it starts and ends at; returns the load when measuring starts.
+    """
+    start = time.monotonic()
+    load = load_average()
+    first = load
+    while load >= threshold and time.monotonic() - start < max_wait:
+        time.sleep(min(10.0, max(0.0, max_wait - (time.monotonic() - start))))
+        load = load_average()
+    waited = time.monotonic() - start
+    note = "" if load < threshold else f" (still >= {threshold}: measuring anyway, pessimistic)"
+    print(f"# load {first:.2f} -> {load:.2f} after {waited:.0f} s wait{note} {label}",
+          file=sys.stderr, flush=True)
+    return round(load, 2)
+
+
+def machine_summary() -> dict:
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile"]
+    return {"nproc": os.cpu_count(), "cpu": model,
+            "cpu_flags": [f for f in wanted if f in flags],
+            "python": sys.version.split()[0],
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def print_machine(extra: str = "") -> dict:
+    import tensorflow as tf
+    machine = machine_summary()
+    machine["tensorflow"] = tf.__version__
+    print(f"# machine: {machine['nproc']} cores, {machine['cpu']}, flags "
+          f"{' '.join(machine['cpu_flags'])}; python {machine['python']}, TF "
+          f"{machine['tensorflow']}; {machine['date']}; load {load_average():.2f} {extra}",
+          flush=True)
+    return machine
+
+
+def set_threads(threads: int) -> None:
+    """Same thread count as the peer's torch.set_num_threads (must run before any TF op)."""
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def max_rss_mb() -> float:
+    import resource
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (robust-ish on a shared machine)."""
+    return time.process_time()
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine's matmul limit, measured in the same run.
+
+def matmul_limit(dtype: str, n: int = 2048, repeats: int = 6) -> float:
+    """GFLOP/s of an n x n x n matmul in graph mode, best of `repeats` (float32 or bfloat16)."""
+    import tensorflow as tf
+    tf_dtype = tf.as_dtype(dtype)
+    a = tf.cast(tf.random.stateless_normal([n, n], seed=[1, 2]), tf_dtype)
+    b = tf.cast(tf.random.stateless_normal([n, n], seed=[3, 4]), tf_dtype)
+    fn = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1], tf.float32)))
+    fn(a, b).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n ** 3 / best / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs.
+
+def _layer_matmuls(hidden: int, ffn: int, seq: int) -> int:
+    """Forward matmul FLOPs of one Transformer layer for one sequence."""
+    return (2 * seq * hidden * 3 * hidden  # Q, K, V
+            + 2 * 2 * seq * seq * hidden  # scores and probs @ V, all heads
+            + 2 * seq * hidden * hidden  # attention output
+            + 2 * 2 * seq * hidden * ffn)  # FFN in and out
+
+
+def encoder_forward_flops(cfg, seq: int, dense_embeddings: bool) -> int:
+    """Forward FLOPs of one BertConfig encoder on one sequence (no heads)."""
+    e, h = cfg.embedding_size, cfg.hidden_size
+    flops = cfg.num_hidden_layers * _layer_matmuls(h, cfg.intermediate_size, seq)
+    if e != h:
+        flops += 2 * seq * e * h  # embeddings_project
+    if dense_embeddings:
+        flops += seq * 2 * e * (cfg.vocab_size + seq + cfg.type_vocab_size)
+    return flops
+
+
+def pretrain_flops(disc_cfg, gen_cfg, batch: int, seq: int, n_pred: int) -> dict:
+    """FLOPs of one ELECTRA pre-training step in the three conventions (module docstring)."""
+    v, e = disc_cfg.vocab_size, disc_cfg.embedding_size
+    h_d, h_g = disc_cfg.hidden_size, gen_cfg.hidden_size
+    disc_head = 2 * seq * h_d * h_d + 2 * seq * h_d
+    gen_head = 2 * n_pred * h_g * e + 2 * n_pred * e * v
+
+    def forward(dense: bool) -> int:
+        return (encoder_forward_flops(disc_cfg, seq, dense) + disc_head
+                + encoder_forward_flops(gen_cfg, seq, dense) + gen_head)
+
+    paper = (_official_train_flops(h_d, disc_cfg.num_hidden_layers, seq, v, e, batch, True)
+             + _official_train_flops(h_g, gen_cfg.num_hidden_layers, seq, v, e, batch, False))
+    return {"appendix_e": 3 * batch * forward(True), "executed": 3 * batch * forward(False),
+            "paper_formula": int(paper)}
+
+
+def finetune_flops(cfg, batch: int, seq: int, num_labels: int) -> dict:
+    """One classification fine-tuning step; head = the peer's (dense H x H on [CLS] + logits)."""
+    head = 2 * cfg.hidden_size * cfg.hidden_size + 2 * cfg.hidden_size * num_labels
+    ours_head = 2 * cfg.hidden_size * num_labels  # official head: one dense layer on [CLS]
+
+    def forward(dense: bool, head_flops: int) -> int:
+        return encoder_forward_flops(cfg, seq, dense) + head_flops
+
+    return {"appendix_e": 3 * batch * forward(True, ours_head),
+            "executed": 3 * batch * forward(False, ours_head),
+            "peer_executed": 3 * batch * forward(False, head)}
+
+
+def inference_flops(cfg, seq: int, num_labels: int) -> dict:
+    head = 2 * cfg.hidden_size * num_labels
+    return {"appendix_e": encoder_forward_flops(cfg, seq, True) + head,
+            "executed": encoder_forward_flops(cfg, seq, False) + head}
+
+
+def _official_train_flops(h, layers, s, v, e, batch, discriminator, output_frac=0.15625) -> float:
+    """official flops_computation.py get_train_flops for one step (our restatement)."""
+    i, heads = 4 * h, max(h // 64, 1)
+    per_token_block = (
+        6 * h * h + 3 * h + 2 * h * s + _SOFTMAX * s * heads + _DROPOUT * s * heads + s * heads
+        + 2 * h * s + 2 * h * h + h + _DROPOUT * h + h + _LAYER_NORM
+        + 2 * h * i + _ACTIVATION * i + i + 2 * h * i + h + _DROPOUT * h + h + _LAYER_NORM * h)
+    embed = 2 * e * v + 2 * e * (s + 2) + 2 * e + _LAYER_NORM * e + _DROPOUT * e
+    if e != h:
+        embed += 2 * h * e + h
+    if discriminator:
+        head = 2 * h * h + h + _ACTIVATION * h + 2 * h
+    else:
+        head = output_frac * (2 * e * v + 2 * h * e + e + _ACTIVATION * e + _LAYER_NORM * e
+                              + _SOFTMAX * v + 2 * v)
+    return 2 * batch * s * (layers * per_token_block + embed + head)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing summaries and output.
+
+def summarize(times: list[float], batch: int, seq: int, flops: dict,
+              limit_gflops: float | None) -> dict:
+    """Throughput figures of a list of per-step wall times (seconds)."""
+    med = statistics.median(times)
+    row = {"steps_timed": len(times),
+           "step_ms_median": round(med * 1e3, 2),
+           "step_ms_min": round(min(times) * 1e3, 2),
+           "step_ms_max": round(max(times) * 1e3, 2),
+           "sequences_per_sec": round(batch / med, 3),
+           "tokens_per_sec": round(batch * seq / med, 1)}
+    if flops:
+        row["train_flops_per_step"] = int(flops["appendix_e"])
+        row["achieved_gflops"] = round(flops["appendix_e"] / med / 1e9, 2)
+        row["executed_flops_per_step"] = int(flops["executed"])
+        row["achieved_gflops_executed"] = round(flops["executed"] / med / 1e9, 2)
+        if "paper_formula" in flops:
+            row["paper_formula_flops_per_step"] = int(flops["paper_formula"])
+            row["paper_formula_gflops"] = round(flops["paper_formula"] / med / 1e9, 2)
+        if limit_gflops:
+            row["limit_gflops"] = round(limit_gflops, 1)
+            row["fraction_of_limit"] = round(flops["executed"] / med / 1e9 / limit_gflops, 3)
+    return row
+
+
+def emit(row: dict) -> None:
+    """One JSON line per measured configuration (grep '^{' to collect them)."""
+    print(json.dumps(row, sort_keys=False), flush=True)
+
+
+def markdown_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    """columns: (key, header) pairs; missing values print as '-'."""
+    def fmt(value):
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(h for _, h in columns) + " |",
+             "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(row.get(k)) for k, _ in columns) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hugging Face PyTorch peer (a measuring instrument in ../shared/peers, own venv).
+
+def peer_available() -> str | None:
+    """None if the peer can run, else why not."""
+    if not os.path.isfile(PEER_PYTHON):
+        return (f"no peer venv at {PEER_PYTHON}: run "
+                f"`bash {os.path.join(PEER_DIR, 'setup.sh')} {os.path.dirname(os.path.dirname(PEER_PYTHON))}`")
+    return None
+
+
+def run_peer(script: str, args: list[str], timeout: float = 1800.0) -> dict:
+    """Runs a peer benchmark script; returns its JSON line (raises RuntimeError on failure)."""
+    cmd = [PEER_PYTHON, os.path.join(PEER_DIR, script)] + [str(a) for a in args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                          cwd=PEER_DIR)
+    if proc.returncode != 0:
+        raise RuntimeError(f"peer {' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def child_json(cmd: list[str], timeout: float = 3600.0) -> dict:
+    """Runs one of our benchmark children; returns its last stdout line as JSON."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                          cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,321 @@
+"""Pre-training step throughput of ELECTRA, side by side with the Hugging Face PyTorch peer.
+
+Our step is the real one (pretrain/trainer.py: masking, generator on the masked positions,
+Gumbel sampling, discriminator, loss, backward, clipping, AdamW) fed by the real input pipeline
+(pretrain/input_pipeline.py) from synthetic tfrecords shaped like the peer's batches (ids drawn
+from [999, vocab), [CLS] ... [SEP], no padding). Each configuration is timed one step per call
+(`Trainer.train_steps(iterator, 1)`, host round trip included, as the peer times its steps) after
+warm-up; rounds alternate ours and the peer's (same size, batch, sequence length and threads), so
+the ratio ours/peer comes from the same machine state. The load average is printed before each
+measurement, after waiting (up to --max-wait s) for it to fall below --idle-load.
+
+Also measured in the same run: the matmul limit (2048-cube matmul, float32 and bfloat16), the
+input pipeline alone (batches/s against the fastest step), and with --curve-steps N a short
+training run on real text in float32, bfloat16 and float32 with another seed (the noise floor).
+FLOPs conventions: benchmarks/common.py.
+
+  python benchmarks/pretrain_throughput.py                          # Small, b16 s128, fp32 + bf16
+  python benchmarks/pretrain_throughput.py --xla both --rounds 1    # XLA on and off
+  python benchmarks/pretrain_throughput.py --size tiny --no-peer
+  python benchmarks/pretrain_throughput.py --curve-steps 60 --no-peer --dtypes float32,bfloat16
+"""
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (sets sys.path and the TF log level)
+
+VOCAB = 30522
+# The peer's "tiny" (its SIZES["tiny"]); "small" and "base" are Table 6 sizes.
+TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
+
+
+def config_hparams(size: str, batch: int, seq: int, dtype: str, xla: bool, **extra) -> dict:
+    hparams = dict(model_size="base" if size == "base" else "small", vocab_size=VOCAB,
+                   train_batch_size=batch, max_seq_length=seq, compute_dtype=dtype,
+                   use_xla=xla, num_warmup_steps=10, learning_rate=5e-4)
+    if size == "tiny":
+        hparams.update(embedding_size=128, model_hparam_overrides=dict(TINY))
+    hparams.update(extra)
+    return hparams
+
+
+def write_synthetic_tfrecords(directory: str, seq: int, count: int = 512, seed: int = 0) -> str:
+    """`count` examples like the peer's batches: random word ids, [CLS] ... [SEP], no padding."""
+    import numpy as np
+    from pretrain import pretrain_data
+    rng = np.random.RandomState(seed)
+    records = []
+    for _ in range(count):
+        ids = rng.randint(common.FIRST_WORD_ID, VOCAB, seq)
+        ids[0], ids[-1] = common.CLS_ID, common.SEP_ID
+        records.append(pretrain_data.serialize_example(ids.tolist(), [1] * seq, [0] * seq))
+    path = os.path.join(directory, pretrain_data.shard_name(0, 1))
+    pretrain_data.write_examples(path, records)
+    return path
+
+
+def build_trainer(data_dir: str, hparams: dict):
+    from configure_pretraining import PretrainingConfig
+    from pretrain import masking
+    from pretrain.trainer import Trainer
+    config = PretrainingConfig.from_hparams("bench", data_dir, hparams)
+    special = masking.SpecialIds(pad=common.PAD_ID, cls=common.CLS_ID, sep=common.SEP_ID,
+                                 mask=common.MASK_ID)
+    return Trainer(config, special)
+
+
+class Ours:
+    """One configuration of our step: built and warmed up once, timed in several rounds."""
+
+    def __init__(self, name: str, data_dir: str, files: list[str], hparams: dict, warmup: int):
+        self.name, self.hparams = name, hparams
+        self.trainer = build_trainer(data_dir, hparams)
+        self.config = self.trainer.config
+        self.iterator = self.trainer.train_iterator(files)
+        start = time.perf_counter()
+        self.trainer.train_steps(self.iterator, 1)
+        self.first_step_s = time.perf_counter() - start  # tracing (+ XLA compile) + one step
+        for _ in range(max(0, warmup - 1)):
+            self.trainer.train_steps(self.iterator, 1)
+        self.times: list[float] = []
+        self.cpu: list[float] = []
+        self.loads: list[float] = []
+
+    def time_steps(self, steps: int, load: float) -> None:
+        self.loads.append(load)
+        for _ in range(steps):
+            cpu, start = common.cpu_seconds(), time.perf_counter()
+            result = self.trainer.train_steps(self.iterator, 1)
+            self.times.append(time.perf_counter() - start)
+            self.cpu.append(common.cpu_seconds() - cpu)
+            if not result.finite:
+                raise RuntimeError(f"{self.name}: non-finite step {result.bad_metrics}")
+        self.last_loss = result.metrics["loss"]
+
+
+def measure_input_pipeline(files: list[str], batch: int, seq: int, batches: int = 300) -> dict:
+    """The training input pipeline alone: batches/s once it runs (prefetch warmed up)."""
+    import tensorflow as tf
+    from pretrain import input_pipeline
+    ds = input_pipeline.train_dataset(files, seed=0, global_batch_size=batch, max_seq_length=seq)
+    iterator = iter(ds)
+    for _ in range(20):
+        next(iterator)
+    cpu, start = common.cpu_seconds(), time.perf_counter()
+    for _ in range(batches):
+        features = next(iterator)
+    tf.convert_to_tensor(features["input_ids"]).numpy()
+    seconds = time.perf_counter() - start
+    return {"batches_per_sec": round(batches / seconds, 1),
+            "cpu_ms_per_batch": round((common.cpu_seconds() - cpu) / batches * 1e3, 3)}
+
+
+def run_curve(args, work: str) -> list[dict]:
+    """A short run on real text: float32, bfloat16 (same seed) and float32 with another seed."""
+    from pretrain import dataset_builder
+    corpus = os.path.join(common.SHARED, "data", "pretrain_corpus")
+    vocab = os.path.join(common.SHARED, "data", "vocab", "bert-uncased-vocab.txt")
+    if not os.path.isdir(corpus):
+        print(f"# curve skipped: no corpus at {corpus}")
+        return []
+    corpus_dir = os.path.join(work, "corpus")
+    os.makedirs(corpus_dir)
+    for name in sorted(os.listdir(corpus))[:2]:
+        os.symlink(os.path.join(corpus, name), os.path.join(corpus_dir, name))
+    out = os.path.join(work, "real", "pretrain_tfrecords")
+    dataset_builder.build_dataset(dataset_builder.BuildConfig(
+        corpus_dir=corpus_dir, output_dir=out, vocab_file=vocab, max_seq_length=args.seq_len,
+        num_out_files=2, eval_fraction=0.0, show_progress=False, log=lambda m: None))
+    files = sorted(os.path.join(out, f) for f in os.listdir(out) if "tfrecord" in f)
+    runs = [("float32", 0), ("bfloat16", 0), ("float32", 1)]
+    curves = {}
+    for dtype, seed in runs:
+        hparams = config_hparams(args.size, args.batch, args.seq_len, dtype, False, seed=seed,
+                                 num_warmup_steps=10, adam_bias_correction=True,
+                                 lr_decay_after_warmup=True,
+                                 num_train_steps=max(100, args.curve_steps))
+        trainer = build_trainer(os.path.join(work, "real"), hparams)
+        iterator = trainer.train_iterator(files)
+        losses = []
+        for _ in range(args.curve_steps):
+            result = trainer.train_steps(iterator, 1)
+            losses.append(result.metrics["loss"])
+        curves[(dtype, seed)] = losses
+        print(f"# curve {dtype} seed {seed}: " + " ".join(f"{x:.2f}" for x in losses),
+              flush=True)
+    ref, low, other = curves[runs[0]], curves[runs[1]], curves[runs[2]]
+    tail = max(1, args.curve_steps // 4)
+    row = {"benchmark": "pretrain_precision_curve", "size": args.size, "batch": args.batch,
+           "seq_len": args.seq_len, "steps": args.curve_steps,
+           "mean_abs_diff_bf16_vs_fp32": round(statistics.fmean(
+               abs(a - b) for a, b in zip(ref, low)), 4),
+           "mean_abs_diff_seed_vs_seed_fp32": round(statistics.fmean(
+               abs(a - b) for a, b in zip(ref, other)), 4),
+           "last_quarter_mean_loss": {"float32": round(statistics.fmean(ref[-tail:]), 4),
+                                      "bfloat16": round(statistics.fmean(low[-tail:]), 4),
+                                      "float32_seed1": round(statistics.fmean(other[-tail:]), 4)},
+           "first_loss": round(ref[0], 4)}
+    common.emit(row)
+    return [row]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=["small", "tiny", "base"], default="small")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--xla", choices=["off", "on", "both"], default="off")
+    parser.add_argument("--steps", type=int, default=12, help="timed steps per round")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (first one traces)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations ours / peer")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--idle-load", type=float, default=1.5)
+    parser.add_argument("--max-wait", type=float, default=240.0,
+                        help="seconds to wait for the load to fall below --idle-load")
+    parser.add_argument("--curve-steps", type=int, default=0,
+                        help="also train this many steps on real text: fp32 vs bf16 vs seed")
+    parser.add_argument("--hparams", default="{}",
+                        help="extra pre-training hparams (JSON), e.g. gradient_accumulation_steps")
+    args = parser.parse_args()
+
+    common.set_threads(args.threads)
+    import json
+    from util.hparams import parse_hparams_arg
+    extra = parse_hparams_arg(args.hparams)
+    machine = common.print_machine()
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    xlas = {"off": [False], "on": [True], "both": [False, True]}[args.xla]
+    peer_problem = None if args.no_peer else common.peer_available()
+    use_peer = not args.no_peer and peer_problem is None
+    if peer_problem:
+        print(f"# peer skipped: {peer_problem}")
+
+    work = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    try:
+        rows = []
+        load = common.wait_for_idle(args.idle_load, args.max_wait, "(matmul limit)")
+        limits = {d: common.matmul_limit(d) for d in ("float32", "bfloat16")}
+        print(f"# matmul limit (2048^3, graph mode): float32 {limits['float32']:.0f} GFLOP/s, "
+              f"bfloat16 {limits['bfloat16']:.0f} GFLOP/s (load {load})", flush=True)
+
+        files = [write_synthetic_tfrecords(work, args.seq_len)]
+        configs = []
+        for xla in xlas:
+            for dtype in dtypes:
+                name = f"{dtype}{' xla' if xla else ''}"
+                start = time.perf_counter()
+                configs.append(Ours(name, work, files, config_hparams(
+                    args.size, args.batch, args.seq_len, dtype, xla, **extra), args.warmup))
+                print(f"# built {name}: first step {configs[-1].first_step_s:.1f} s "
+                      f"(total {time.perf_counter() - start:.1f} s)", flush=True)
+        cfg = configs[0].config
+        n_pred = cfg.max_predictions_per_seq
+        flops = common.pretrain_flops(cfg.bert_config(), cfg.generator_config(), args.batch,
+                                      args.seq_len, n_pred)
+
+        peer_rows = []
+        for r in range(args.rounds):
+            for ours in configs:
+                load = common.wait_for_idle(args.idle_load, args.max_wait,
+                                            f"(round {r + 1}: ours {ours.name})")
+                ours.time_steps(args.steps, load)
+                print(f"# round {r + 1} ours {ours.name}: median "
+                      f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms", flush=True)
+            if use_peer and args.size != "base":
+                load = common.wait_for_idle(args.idle_load, args.max_wait, f"(round {r + 1}: peer)")
+                peer = common.run_peer("hf_pretrain_bench.py", [
+                    "--size", args.size, "--batch", args.batch, "--seq-len", args.seq_len,
+                    "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads])
+                peer["load_before"] = load
+                peer_rows.append(peer)
+                print(f"# round {r + 1} peer: median {peer['step_ms_median']:.0f} ms "
+                      f"({peer['sequences_per_sec']:.2f} seq/s)", flush=True)
+
+        peer_sps = (statistics.median(p["sequences_per_sec"] for p in peer_rows)
+                    if peer_rows else None)
+        for ours in configs:
+            limit = limits[ours.hparams["compute_dtype"] if ours.hparams["compute_dtype"]
+                           in limits else "float32"]
+            row = {"benchmark": "electra_pretrain_step", "impl": "ours-tf", "size": args.size,
+                   "dtype": ours.hparams["compute_dtype"], "xla": ours.hparams["use_xla"],
+                   "batch": args.batch, "seq_len": args.seq_len, "masked_per_seq": n_pred,
+                   "threads": args.threads}
+            row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, limit))
+            row["cpu_ms_per_step_median"] = round(statistics.median(ours.cpu) * 1e3, 1)
+            row["first_step_s"] = round(ours.first_step_s, 1)
+            row["load_before"] = ours.loads
+            row["last_loss"] = round(ours.last_loss, 4)
+            if peer_sps:
+                row["peer_sequences_per_sec"] = peer_sps
+                row["ratio_vs_peer_fp32"] = round(row["sequences_per_sec"] / peer_sps, 3)
+            if extra:
+                row["hparams"] = extra
+            rows.append(row)
+            common.emit(row)
+        for peer in peer_rows:
+            row = {"benchmark": "electra_pretrain_step", "impl": "peer-hf-pytorch",
+                   "size": args.size, "dtype": "float32", "xla": False, "batch": args.batch,
+                   "seq_len": args.seq_len, "masked_per_seq": peer["masked_per_seq"],
+                   "threads": peer["threads"], "steps_timed": peer["steps_timed"],
+                   "step_ms_median": peer["step_ms_median"],
+                   "sequences_per_sec": peer["sequences_per_sec"],
+                   "tokens_per_sec": peer["tokens_per_sec"],
+                   "train_flops_per_step": flops["appendix_e"],
+                   "achieved_gflops": round(flops["appendix_e"] * peer["sequences_per_sec"]
+                                            / args.batch / 1e9, 2),
+                   "executed_flops_per_step": peer["train_flops_per_step"],
+                   "achieved_gflops_executed": peer["achieved_gflops"],
+                   "paper_formula_flops_per_step": peer["paper_formula_train_flops_per_step"],
+                   "paper_formula_gflops": peer["paper_formula_gflops"],
+                   "limit_gflops": round(limits["float32"], 1),
+                   "fraction_of_limit": round(peer["achieved_gflops"] / limits["float32"], 3),
+                   "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"]}
+            if peer["train_flops_per_step"] != flops["executed"]:
+                row["flops_mismatch"] = f"ours counts {flops['executed']} executed FLOPs"
+            rows.append(row)
+            common.emit(row)
+
+        pipeline = measure_input_pipeline(files, args.batch, args.seq_len)
+        fastest = max(configs, key=lambda c: args.batch / statistics.median(c.times))
+        steps_per_sec = 1.0 / statistics.median(fastest.times)
+        pipeline_row = {"benchmark": "pretrain_input_pipeline", "batch": args.batch,
+                        "seq_len": args.seq_len, **pipeline,
+                        "fastest_step": fastest.name,
+                        "steps_per_sec": round(steps_per_sec, 3),
+                        "pipeline_over_step": round(pipeline["batches_per_sec"] / steps_per_sec, 1),
+                        "load_after": round(common.load_average(), 2)}
+        common.emit(pipeline_row)
+
+        print()
+        print(f"ELECTRA-{args.size} pre-training step, batch {args.batch}, seq {args.seq_len}, "
+              f"{args.threads} threads; FLOPs: Appendix E = matmuls 2mnk, train 3x forward, dense "
+              f"embeddings; executed = peer's convention; limit = same-run 2048^3 matmul")
+        print(common.markdown_table(rows, [
+            ("impl", "impl"), ("dtype", "dtype"), ("xla", "xla"),
+            ("sequences_per_sec", "seq/s"), ("tokens_per_sec", "tokens/s"),
+            ("step_ms_median", "step ms (median)"), ("ratio_vs_peer_fp32", "x peer fp32"),
+            ("train_flops_per_step", "FLOPs/step (App. E)"), ("achieved_gflops", "GFLOP/s (App. E)"),
+            ("achieved_gflops_executed", "GFLOP/s (executed)"),
+            ("paper_formula_gflops", "GFLOP/s (official formula)"),
+            ("fraction_of_limit", "of limit"), ("load_before", "load")]))
+        print(f"\ninput pipeline alone: {pipeline['batches_per_sec']} batches/s "
+              f"({pipeline['cpu_ms_per_batch']} CPU-ms each) = "
+              f"{pipeline_row['pipeline_over_step']}x the fastest step ({fastest.name})")
+        if args.curve_steps:
+            run_curve(args, work)
+        print(f"\n# machine {json.dumps(machine)}; load at end {common.load_average():.2f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
