@@ -19,6 +19,7 @@ official multi-task design).
 """
 import abc
 import dataclasses
+import gzip
 import os
 from typing import Any, Sequence
 
@@ -35,6 +36,23 @@ DEBUG_MAX_EXAMPLES = 100
 
 class TaskDataError(ValueError):
     """Task data that is missing or malformed; the message names the file (and line)."""
+
+
+def not_utf8_error(path: str, error: UnicodeDecodeError) -> TaskDataError:
+    """A TaskDataError naming the file, line and byte offset of the first invalid UTF-8 byte
+    (the decoder's own error names neither the file nor the line)."""
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            raw = f.read()
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        return TaskDataError(f"{path}:{line}: not valid UTF-8 (byte offset {e.start}: "
+                             f"{raw[e.start:e.start + 1]!r}); re-save the file as UTF-8")
+    except OSError:
+        pass
+    return TaskDataError(f"{path}: not valid UTF-8 ({error.reason}); re-save the file as UTF-8")
 
 
 @dataclasses.dataclass

@@ -52,11 +52,14 @@ class Row:
 def iter_tsv_lines(path: str) -> Iterator[tuple[int, list[str]]]:
     """(1-based line number, fields) for every non-empty line of a TSV file."""
     with open(path, encoding="utf-8-sig", newline="") as f:
-        for line_no, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            yield line_no, line.split("\t")
+        try:
+            for line_no, line in enumerate(f, start=1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                yield line_no, line.split("\t")
+        except UnicodeDecodeError as e:
+            raise task_lib.not_utf8_error(path, e) from None
 
 
 def read_rows(path: str, layout: Layout, max_rows: int | None = None) -> list[Row]:

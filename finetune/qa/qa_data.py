@@ -20,6 +20,7 @@ import dataclasses
 import gzip
 import json
 import logging
+import zlib
 from typing import Any, Iterator
 
 from finetune import task as task_lib
@@ -229,8 +230,11 @@ def _mrqa_questions(line: dict, where: str, labeled: bool, v2: bool) -> list[_Qu
 
 def iter_squad(path: str, v2: bool, labeled: bool) -> Iterator[tuple[str, list[_Question]]]:
     """(context, questions) per paragraph of a SQuAD JSON file."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise task_lib.not_utf8_error(path, e) from None
     try:
         dataset = json.loads(text)
     except json.JSONDecodeError as e:
@@ -252,18 +256,23 @@ def iter_mrqa(path: str, labeled: bool,
     """(context, questions) per line of an MRQA JSONL(.gz) file; the header line is skipped."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise QADataError(f"{where}:{e.colno}: invalid JSON: {e.msg}") from None
-            if isinstance(obj, dict) and "header" in obj:
-                continue
-            context = _require(obj, "context", str, where)
-            yield context, _mrqa_questions(obj, where, labeled, v2)
+        try:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{number}"
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise QADataError(f"{where}:{e.colno}: invalid JSON: {e.msg}") from None
+                if isinstance(obj, dict) and "header" in obj:
+                    continue
+                context = _require(obj, "context", str, where)
+                yield context, _mrqa_questions(obj, where, labeled, v2)
+        except UnicodeDecodeError as e:
+            raise task_lib.not_utf8_error(path, e) from None
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a cut-off or damaged download
+            raise QADataError(f"{path}: damaged gzip file ({e})") from None
 
 
 def build_examples(paragraphs: Iterator[tuple[str, list[_Question]]], task_name: str,

@@ -79,23 +79,27 @@ def read_conll(path: str) -> list[ConllSentence]:
     """
     sentences: list[ConllSentence] = []
     current = ConllSentence(path, [], [], [])
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            fields = line.split()
-            if not fields:
-                if current.words:
-                    sentences.append(current)
-                    current = ConllSentence(path, [], [], [])
-                continue
-            if fields[0] == DOCSTART:
-                continue
-            if len(fields) != 3:
-                raise task_lib.TaskDataError(
-                    f"{path}:{line_no}: expected 3 space-separated columns (word, POS tag, chunk "
-                    f"tag), found {len(fields)}: {line.rstrip()[:200]!r}")
-            current.words.append(fields[0])
-            current.tags.append(fields[2])
-            current.lines.append(line_no)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except UnicodeDecodeError as e:
+        raise task_lib.not_utf8_error(path, e) from None
+    for line_no, line in enumerate(lines, start=1):
+        fields = line.split()
+        if not fields:
+            if current.words:
+                sentences.append(current)
+                current = ConllSentence(path, [], [], [])
+            continue
+        if fields[0] == DOCSTART:
+            continue
+        if len(fields) != 3:
+            raise task_lib.TaskDataError(
+                f"{path}:{line_no}: expected 3 space-separated columns (word, POS tag, chunk "
+                f"tag), found {len(fields)}: {line.rstrip()[:200]!r}")
+        current.words.append(fields[0])
+        current.tags.append(fields[2])
+        current.lines.append(line_no)
     if current.words:  # no blank line after the last sentence
         sentences.append(current)
     return sentences
