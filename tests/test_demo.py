@@ -1,0 +1,37 @@
+"""README's first command, reduced: demo.py end to end with a few steps, outputs checked."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO_ROOT
+
+
+def test_demo_path_runs_and_writes_its_outputs(tmp_path):
+    work = tmp_path / "demo"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "demo.py"), "--work-dir", str(work),
+         "--pretrain-steps", "20", "--finetune-epochs", "0.2", "--vocab-size", "1000"],
+        capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    # The corpus and the labelled task were derived from the standard library's documentation.
+    assert len(os.listdir(work / "corpus")) == 4
+    for split in ("train", "dev", "test"):
+        assert (work / "finetuning_data" / "sst" / f"{split}.tsv").stat().st_size > 1000
+    # Pre-training left a checkpoint, the configs and held-out eval figures.
+    model_dir = work / "models" / "demo"
+    assert (model_dir / "model.ckpt-20.index").exists()
+    assert (model_dir / "spm.model").exists() and (model_dir / "bert_config.json").exists()
+    eval_results = json.loads((model_dir / "results" / "unsup_results.json").read_text())
+    assert 0.0 <= eval_results["disc_auc"] <= 1.0
+    # The scorer printed a p(replaced) for every token of the hand-edited sentence.
+    assert "p(replaced)" in out and "▁string" in out
+    # Both fine-tuning runs wrote results, and the summary printed both accuracies.
+    for name in ("sst_results.json", "sst_scratch_results.json"):
+        assert (model_dir / "results" / name).exists()
+    summary = out[out.index("== scores"):].splitlines()
+    assert summary[1].split()[:3] == ["pre-trained", "ELECTRA", "accuracy"]
+    assert summary[2].split()[:3] == ["random", "initialisation", "accuracy"]
+    assert 0.0 <= float(summary[1].split()[3]) <= 100.0
