@@ -165,12 +165,25 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry; returns the exit status (2: bad input or settings, 3: diverged)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="""examples:
+  python run_finetuning.py --data-dir data --model-name electra_small \\
+      --hparams '{"model_size": "small", "task_names": ["sst"], "num_trials": 3}'
+  python run_finetuning.py --data-dir data --model-name electra_small --hparams '{"task_names": ["squad"]}'
+  python run_finetuning.py --data-dir data --model-name electra_small --hparams '{"task_names": ["chunk"]}'
+Task data: <data-dir>/finetuning_data/<task>/. Every hparam: docs/HPARAMS.md.""")
     parser.add_argument("--data-dir", required=True,
-                        help="directory holding finetuning_data/ and models/")
-    parser.add_argument("--model-name", required=True, help="the pre-trained model's name")
+                        help="directory holding finetuning_data/<task>/ and models/. "
+                             "Example: --data-dir data")
+    parser.add_argument("--model-name", required=True,
+                        help="the pre-trained model's name (weights from <data-dir>/models/<name> "
+                             "unless hparam init_checkpoint says otherwise). "
+                             "Example: --model-name electra_small")
     parser.add_argument("--hparams", default="{}",
-                        help="JSON object of hyperparameters, or a path to a .json file")
+                        help="JSON object of hyperparameters, or the path of a .json file holding "
+                             "one. Example: --hparams '{\"task_names\": [\"mrpc\"]}'")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         stream=sys.stderr)

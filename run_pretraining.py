@@ -343,12 +343,25 @@ def train_one_step(config: PretrainingConfig) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="""examples:
+  python run_pretraining.py --data-dir data --model-name electra_small
+  python run_pretraining.py --data-dir data --model-name debug --hparams '{"debug": true}'
+  python run_pretraining.py --data-dir data --model-name electra_base --hparams base.json
+  python run_pretraining.py --data-dir data --model-name electra_small \\
+      --hparams '{"do_train": false, "do_eval": true}'        # evaluate only
+Re-running a command resumes it. Every hparam: docs/HPARAMS.md.""")
     parser.add_argument("--data-dir", required=True,
-                        help="directory of pretrain_tfrecords/, vocab.txt and models/")
-    parser.add_argument("--model-name", required=True, help="name of the model (models/<name>)")
+                        help="directory of pretrain_tfrecords/, vocab.txt and models/. "
+                             "Example: --data-dir data")
+    parser.add_argument("--model-name", required=True,
+                        help="name of the model; it is written to <data-dir>/models/<name>. "
+                             "Example: --model-name electra_small")
     parser.add_argument("--hparams", default="{}",
-                        help="JSON object of hparams, or the path of a .json file")
+                        help="JSON object of hparams, or the path of a .json file holding one. "
+                             "Example: --hparams '{\"model_size\": \"base\"}'")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         stream=sys.stderr)
