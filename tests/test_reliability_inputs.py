@@ -466,6 +466,41 @@ def finetune_missing_train_file(env, tmp):
     return act, [r"expected file .*sst/train\.tsv"]
 
 
+@case
+def finetune_glue_file_not_utf8(env, tmp):
+    act = finetune(env, tmp)
+    path = tmp / "fdata" / "finetuning_data" / "sst" / "train.tsv"
+    path.write_bytes(b"sentence\tlabel\ngood movie\t1\nbad \xff movie\t0\n")
+    return act, [r"sst/train\.tsv:3: not valid UTF-8 \(byte offset 32: b'\\xff'\)"]
+
+
+@case
+def finetune_conll_file_not_utf8(env, tmp):
+    act = finetune(env, tmp, tasks=("chunk",), files={"chunk": {"train.txt": "w1 NN B-NP\n"}})
+    path = tmp / "fdata" / "finetuning_data" / "chunk" / "train.txt"
+    path.write_bytes(b"w1 NN B-NP\nw\xe92 NN I-NP\n")
+    return act, [r"chunk/train\.txt:2: not valid UTF-8 \(byte offset 12: b'\\xe9'\)"]
+
+
+@case
+def finetune_squad_not_utf8(env, tmp):
+    act = finetune(env, tmp, tasks=("squadv1",), files={"squadv1": {"train.json": "{}"}})
+    (tmp / "fdata" / "finetuning_data" / "squadv1" / "train.json").write_bytes(
+        _squad([{"text": "w2", "answer_start": 3}]).replace("w3", "w\udce9").encode(
+            "utf-8", "surrogateescape"))
+    return act, [r"squadv1/train\.json:1: not valid UTF-8 \(byte offset \d+: b'\\xe9'\)"]
+
+
+@case
+def finetune_mrqa_truncated_gzip(env, tmp):
+    act = finetune(env, tmp, tasks=("newsqa",), files={"newsqa": {"train.jsonl": ""}})
+    directory = tmp / "fdata" / "finetuning_data" / "newsqa"
+    os.remove(directory / "train.jsonl")
+    packed = gzip.compress(b'{"header": {"dataset": "NewsQA"}}\n' * 200)
+    (directory / "train.jsonl.gz").write_bytes(packed[:len(packed) // 2])
+    return act, [r"newsqa/train\.jsonl\.gz: damaged gzip file"]
+
+
 def _squad(answers):
     return json.dumps({"version": "1.1", "data": [{"title": "T", "paragraphs": [{
         "context": "w1 w2 w3", "qas": [{"id": "q1", "question": "w1", "answers": answers}]}]}]})
