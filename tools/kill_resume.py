@@ -239,30 +239,33 @@ def progress(pattern: str) -> int:
     return sum(_ckpt_steps(pattern).values())
 
 
-# Where write-mode kills land: (label, op, glob of the file name).
-PRETRAIN_WRITES = [("checkpoint data file", "replace", "model.ckpt-*.data-*"),
-                   ("checkpoint index file", "replace", "model.ckpt-*.index"),
-                   ("checkpoint state file", "replace", "checkpoint"),
-                   ("pruning an old checkpoint", "remove", "model.ckpt-*"),
-                   ("eval results", "replace", "unsup_results*")]
-FINETUNE_WRITES = [("checkpoint data file", "replace", "model.ckpt-*.data-*"),
-                   ("checkpoint index file", "replace", "model.ckpt-*.index"),
-                   ("checkpoint state file", "replace", "checkpoint"),
-                   ("trial results", "replace", "eval_results.json"),
-                   ("results summary", "replace", "sst_results.*")]
+# Where write-mode kills land: (label, op, glob of the file name, highest ordinal to draw,
+# whether it only happens near the end of a run: those kills are planned last).
+PRETRAIN_WRITES = [("checkpoint data file", "replace", "model.ckpt-*.data-*", 3, False),
+                   ("checkpoint index file", "replace", "model.ckpt-*.index", 3, False),
+                   ("checkpoint state file", "replace", "checkpoint", 3, False),
+                   ("pruning an old checkpoint", "remove", "model.ckpt-*", 3, False),
+                   ("eval results", "replace", "unsup_results*", 3, False)]
+FINETUNE_WRITES = [("checkpoint data file", "replace", "model.ckpt-*.data-*", 3, False),
+                   ("checkpoint index file", "replace", "model.ckpt-*.index", 3, False),
+                   ("checkpoint state file", "replace", "checkpoint", 3, False),
+                   ("trial results", "replace", "eval_results.json", 1, True),
+                   ("results summary", "replace", "sst_results.*", 1, True)]
 
 
 def plan(kills: int, writes: list, rng: random.Random) -> list[tuple]:
-    """A shuffled mix of start-up, random-moment and inside-a-write kills."""
+    """A shuffled mix of start-up, random-moment and inside-a-write kills (those that can only
+    land near the end of a run go last, so the run is not over before every kill is spent)."""
     modes: list[tuple] = [("startup",)]
     for i in range(kills - 1):
-        if i % 2 == 0:
+        if i % 2:
             modes.append(("time",))
         else:
-            label, op, pattern = writes[(i // 2) % len(writes)]
-            modes.append(("write", label, op, pattern, rng.randint(1, 3)))
-    rng.shuffle(modes)
-    return modes[:kills]
+            label, op, pattern, top, late = writes[(i // 2) % len(writes)]
+            modes.append(("write", label, op, pattern, rng.randint(1, top), late))
+    early = [m for m in modes if not (m[0] == "write" and m[5])]
+    rng.shuffle(early)
+    return (early + [m for m in modes if m not in early])[:kills]
 
 
 def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: int,
