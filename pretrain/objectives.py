@@ -208,8 +208,8 @@ def electra_mlm_scores(gen_log_probs: tf.Tensor, real_probs: tf.Tensor,
 
 def make_two_stage_init(stage1_checkpoint: str, output_prefix: str) -> list[str]:
     """Two-stage training, stage 2: a checkpoint whose discriminator AND generator are the
-    stage-1 masked LM (same size): `electra/*` stays, `generator/*` gets copies of the
-    `electra/` encoder weights (embeddings stay shared, under `electra/embeddings`), the
+    stage-1 masked LM (same size): `electra/*` stays, `generator/*` gets copies of every
+    `electra/` weight (embeddings included: the frozen generator has its own copy), the
     generator_predictions head stays. Returns the written variable names."""
     from util import checkpoint
 
@@ -218,7 +218,7 @@ def make_two_stage_init(stage1_checkpoint: str, output_prefix: str) -> list[str]
     for name, value in values.items():
         if name.startswith(("electra/", "generator_predictions/")):
             out[name] = value
-            if name.startswith("electra/") and not name.startswith("electra/embeddings/"):
+            if name.startswith("electra/"):
                 out["generator/" + name[len("electra/"):]] = value
     if not any(n.startswith("generator_predictions/") for n in out):
         raise ValueError(f"{stage1_checkpoint} has no generator_predictions/ head: is it a "

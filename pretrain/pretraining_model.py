@@ -135,7 +135,8 @@ class PretrainingModel(tf.Module):
         dtype = compute_dtype or config.compute_dtype
         self.disc_config = config.bert_config()
         self.discriminator_encoder = modeling.BertModel(self.disc_config, "electra",
-                                                        compute_dtype=dtype, seed=self.seed)
+                                                        compute_dtype=dtype, seed=self.seed,
+                                                        recompute_grad=config.recompute_grad)
         self.has_discriminator = config.electra_objective or config.electric_objective
         # Replace MLM / All-Tokens MLM: a masked LM reading generator samples.
         self.replaced_mlm = config.replace_mlm or config.all_tokens_mlm
@@ -161,7 +162,9 @@ class PretrainingModel(tf.Module):
                 gen_config = (copy.deepcopy(self.disc_config) if config.freeze_generator
                               else config.generator_config())
                 shared = None
-                if config.untied_generator_embeddings:
+                if config.freeze_generator:
+                    pass  # its own (frozen) copy of the embeddings: D keeps training its own
+                elif config.untied_generator_embeddings:
                     # Official: own embeddings of the generator's hidden size.
                     gen_config = copy.deepcopy(gen_config)
                     gen_config.embedding_size = gen_config.hidden_size
@@ -178,7 +181,7 @@ class PretrainingModel(tf.Module):
                     else:
                         self.generator_encoder = modeling.BertModel(
                             gen_config, "generator", embeddings=shared, compute_dtype=dtype,
-                            seed=self.seed)
+                            seed=self.seed, recompute_grad=config.recompute_grad)
             else:
                 self.generator_config = self.disc_config
                 self.generator_encoder = self.discriminator_encoder

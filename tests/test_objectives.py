@@ -238,8 +238,9 @@ def test_two_stage_init_and_frozen_generator(tmp_path):
     report = checkpoint.restore(stage2.model_variables(), out_prefix, allow_missing=True)
     assert "generator/encoder/layer_1/output/dense/kernel" in report.restored
     v2 = stage2.model_variables()
-    np.testing.assert_array_equal(v2["generator/encoder/layer_0/output/dense/kernel"].numpy(),
-                                  v2["electra/encoder/layer_0/output/dense/kernel"].numpy())
+    for name in ("encoder/layer_0/output/dense/kernel", "embeddings/word_embeddings"):
+        np.testing.assert_array_equal(v2["generator/" + name].numpy(), v2["electra/" + name].numpy())
+    assert not v2["generator/embeddings/word_embeddings"].trainable
     frozen = [n for n, v in v2.items() if not v.trainable]
     assert frozen and all(n.startswith(("generator/", "generator_predictions/")) for n in frozen)
     assert all(v.trainable for n, v in v2.items() if n.startswith("electra/"))

@@ -10,8 +10,8 @@ masked LM; stage 2 starts from it with the generator frozen:
     python run_pretraining.py --data-dir DATA --model-name stage2 --hparams '{"freeze_generator":
         true, "generator_hidden_size": 1.0, "init_checkpoint": "DATA/stage2_init/model.ckpt-0", ...}'
 
-The token embeddings stay shared (`electra/embeddings`, ELECTRA's tied embeddings): in stage 2
-the discriminator keeps training them, everything else of the generator is frozen.
+In stage 2 the generator has its own copy of the token embeddings (`generator/embeddings`), so
+all of it stays exactly the stage-1 masked LM while the discriminator trains.
 """
 import argparse
 import os
