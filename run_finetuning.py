@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 import configure_finetuning
 from finetune import preprocessing
@@ -26,6 +27,7 @@ from finetune import task_builder
 from finetune import trainer
 from util import distribution
 from util import io_utils
+from util import record_check
 from util import training_utils
 
 log = logging.getLogger("run_finetuning")
@@ -149,7 +151,15 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
         for trial in range(1, config.num_trials + 1):
             log.info("=== trial %d/%d: model %s, tasks %s ===", trial, config.num_trials,
                      config.model_name, ",".join(config.task_names))
-            record = run_trial(config, tasks, preprocessor, trial, strategy)
+            try:
+                record = run_trial(config, tasks, preprocessor, trial, strategy)
+            except tf.errors.DataLossError as e:
+                # A damaged feature cache would fail every re-run the same way: name it.
+                caches = glob.glob(os.path.join(glob.escape(config.preprocessed_data_dir),
+                                                "*.tfrecord"))
+                raise record_check.damaged_file_error(
+                    caches, e, "feature cache file", "; it is derived data: delete it and "
+                    "re-run to rebuild it from the task files") from None
             if record is not None:
                 records.append(record)
                 if distribution.is_chief(strategy):
