@@ -21,12 +21,14 @@ import numpy as np
 import pytest
 
 import build_pretraining_dataset
+import configure_finetuning
 import export_model
 import pretrain_fixtures as fx
 import run_finetuning
 import run_pretraining
 import score_text
 from configure_pretraining import PretrainingConfig
+from finetune import preprocessing, task_builder
 from util import distribution, io_utils
 from util import training_utils as tu
 
@@ -566,6 +568,24 @@ def finetune_batch_not_divisible_by_replicas(env, tmp):
     return with_three_replicas, [
         r"hparam '(eval|predict|train)_batch_size' \(4\) must be divisible by the number of "
         r"replicas \(3\)"]
+
+
+@case
+def finetune_damaged_feature_cache(env, tmp):
+    # The featurized tfrecord cache (derived data) got damaged after it was written.
+    act = finetune(env, tmp)
+    config = configure_finetuning.FinetuningConfig.from_hparams(
+        "ft", str(tmp / "fdata"), dict(task_names=["sst"], init_checkpoint=env.model_dir,
+                                       vocab_size=fx.VOCAB_SIZE, max_seq_length=16,
+                                       train_batch_size=4, eval_batch_size=4,
+                                       predict_batch_size=4, num_train_epochs=1.0))
+    tasks = task_builder.get_tasks(config)
+    cache = preprocessing.Preprocessor(config, tasks).prepare_train().path
+    raw = bytearray(open(cache, "rb").read())
+    raw[20] ^= 0xFF
+    open(cache, "wb").write(bytes(raw))
+    return act, [rf"feature cache file {re.escape(cache)} is damaged: corrupted record",
+                 r"delete it and re-run"]
 
 
 # -- export_model.py / score_text.py ----------------------------------------------------------
