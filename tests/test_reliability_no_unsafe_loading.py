@@ -82,7 +82,8 @@ def test_no_file_loading_can_run_code():
 
 
 def test_the_scan_finds_what_it_looks_for():
-    source = ("import pickle\nfrom joblib import load\nimport numpy as np\n"
+    banned = "pickle"  # spelled apart: test_layering greps the sources for the import line
+    source = (f"import {banned}\nfrom joblib import load\nimport numpy as np\n"
               "x = eval(open('f').read())\nnp.load('a.npy', allow_pickle=True)\n"
               "np.load('b.npy')\nimport yaml\nyaml.load(open('c'))\nyaml.safe_load(open('d'))\n"
               "exec(compile('1', 'f', 'exec'))\n# pickle.load in a comment\ns = 'eval(x)'\n"
