@@ -149,6 +149,8 @@ class Embeddings(tf.Module):
 class TransformerLayer(tf.Module):
     """Self-attention + residual + LayerNorm, then GELU FFN + residual + LayerNorm (post-LN)."""
 
+    NUM_DROPOUTS = 3  # dropout seeds one call draws: attention probs, attention out, FFN out
+
     def __init__(self, config: BertConfig, scope: str, seed: int = 0):
         super().__init__(name=scope.replace("/", "_"))
         h, f, std = config.hidden_size, config.intermediate_size, config.initializer_range
@@ -191,6 +193,16 @@ class TransformerLayer(tf.Module):
         return self.output_norm(ffn + x)
 
 
+class _FixedSeeds:
+    """Seeds drawn ahead of time, handed out in order (the SeedStream interface)."""
+
+    def __init__(self, seeds: list):
+        self._seeds = list(seeds)
+
+    def next(self):
+        return self._seeds.pop(0)
+
+
 class EncoderOutput(NamedTuple):
     sequence_output: tf.Tensor  # [B, L, H] in the compute dtype
     pooled_output: tf.Tensor  # [B, H]: the [CLS] vector; ELECTRA has no tanh pooler
@@ -207,7 +219,7 @@ class BertModel(tf.Module):
 
     def __init__(self, config: BertConfig, scope: str = "electra",
                  embeddings: Embeddings | None = None, compute_dtype: str = "float32",
-                 seed: int = 0):
+                 seed: int = 0, recompute_grad: bool = False):
         super().__init__(name=scope)
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"unknown compute dtype {compute_dtype!r}; expected one of "
@@ -215,6 +227,8 @@ class BertModel(tf.Module):
         self.config = config
         self.scope = scope
         self.dtype = COMPUTE_DTYPES[compute_dtype]
+        # Training keeps only each layer's input; the backward pass recomputes the rest.
+        self.recompute_grad = recompute_grad
         self.embeddings = embeddings if embeddings is not None else Embeddings(config, scope, seed)
         embedding_size = self.embeddings.config.embedding_size
         self.embeddings_project = None
@@ -240,8 +254,19 @@ class BertModel(tf.Module):
         x = tf.reshape(x, [batch_size * seq_len, self.config.hidden_size])
         outputs = []
         for layer in self.layers:
-            x = layer(x, attention_bias, batch_size=batch_size, seq_len=seq_len, training=training,
-                      seeds=seeds)
+            # The layer's dropout seeds are drawn here, outside the layer: a recomputation in the
+            # backward pass must redraw exactly the forward pass's masks.
+            layer_seeds = ([seeds.next() for _ in range(layer.NUM_DROPOUTS)] if training
+                           else None)
+
+            def run(h, bias, layer=layer, layer_seeds=layer_seeds):
+                return layer(h, bias, batch_size=batch_size, seq_len=seq_len, training=training,
+                             seeds=_FixedSeeds(layer_seeds) if training else None)
+
+            if training and self.recompute_grad:
+                x = tf.recompute_grad(run)(x, attention_bias)
+            else:
+                x = run(x, attention_bias)
             outputs.append(tf.reshape(x, [batch_size, seq_len, self.config.hidden_size]))
         sequence_output = outputs[-1]
         return EncoderOutput(sequence_output, sequence_output[:, 0], outputs, embedding_output)

@@ -72,9 +72,6 @@ class Trainer:
                 f"hparam 'gradient_accumulation_steps' ({k}) must divide the per-replica batch "
                 f"({self.per_replica_batch} = train_batch_size {config.train_batch_size} / "
                 f"{self.strategy.num_replicas_in_sync} replicas)")
-        if config.recompute_grad:
-            raise ValueError("hparam 'recompute_grad' is not supported yet by the encoder; "
-                             "set it to false")
         self.float16 = config.compute_dtype == "float16"
         with self.strategy.scope():
             self.model = PretrainingModel(config, special_ids)
