@@ -1,0 +1,215 @@
+"""Fine-tuning step throughput (sequence classification), side by side with the HF PyTorch peer.
+
+Our step is the real one: finetune/trainer.py ModelRunner's train function (encoder + SST-2's
+classification head, loss summed over the batch, backward, clipping, AdamW with layer-wise
+learning rates), built from a real FinetuningConfig with random initial weights and fed
+synthetic batches (random ids, [CLS] ... [SEP], no padding; the peer's batches). Timing: one step
+per call after warm-up, alternating with the peer (same size, batch, sequence length, threads),
+load average printed before each measurement. FLOPs conventions: benchmarks/common.py (the
+peer's head has one more H x H dense layer than the official head: its executed count is given
+as `peer_executed_flops_per_step`).
+
+  python benchmarks/finetune_throughput.py                    # Small, batch 32, seq 128, fp32 + bf16
+  python benchmarks/finetune_throughput.py --xla both --rounds 1
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+VOCAB_FILE = os.path.join(common.SHARED, "data", "vocab", "bert-uncased-vocab.txt")
+TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
+
+
+def finetune_config(work: str, size: str, batch: int, seq: int, dtype: str, xla: bool):
+    import configure_finetuning
+    hparams = dict(model_size="base" if size == "base" else "small", task_names=["sst"],
+                   vocab_file=VOCAB_FILE, vocab_size=30522, init_checkpoint="",
+                   train_batch_size=batch, max_seq_length=seq, compute_dtype=dtype,
+                   use_xla=xla, model_dir=os.path.join(work, f"model_{dtype}_{xla}"))
+    if size == "tiny":
+        hparams.update(embedding_size=128, model_hparam_overrides=dict(TINY))
+    return configure_finetuning.FinetuningConfig.from_hparams("bench", work, hparams)
+
+
+def synthetic_dataset(batch: int, seq: int, num_labels: int, seed: int = 0):
+    """Endless batches of the classification features (the peer's kind of input)."""
+    import numpy as np
+    import tensorflow as tf
+    rng = np.random.RandomState(seed)
+    n = 8 * batch
+    ids = rng.randint(common.FIRST_WORD_ID, 30522, (n, seq)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = common.CLS_ID, common.SEP_ID
+    features = {"input_ids": ids, "input_mask": np.ones((n, seq), np.int32),
+                "segment_ids": np.zeros((n, seq), np.int32),
+                "task_id": np.zeros(n, np.int32),
+                "sst_eid": np.arange(n, dtype=np.int32),
+                "sst_label_ids": rng.randint(0, num_labels, n).astype(np.int32)}
+    return (tf.data.Dataset.from_tensor_slices(features).repeat()
+            .batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+
+
+class StubPreprocessor:
+    """What ModelRunner asks of a preprocessor to plan training; the data comes from us."""
+
+    def __init__(self, batch: int):
+        self.batch = batch
+
+    def prepare_train(self):
+        return types.SimpleNamespace(steps_per_epoch=10000, batch_size=self.batch, n_real=0)
+
+
+def build_runner(work: str, size: str, batch: int, seq: int, dtype: str, xla: bool,
+                 training: bool = True):
+    from finetune import task_builder
+    from finetune.trainer import ModelRunner
+    config = finetune_config(work, size, batch, seq, dtype, xla)
+    config.do_train = training
+    tasks = task_builder.get_tasks(config)
+    return ModelRunner(config, tasks, StubPreprocessor(batch), trial=1)
+
+
+class Ours:
+    def __init__(self, work: str, size: str, batch: int, seq: int, dtype: str, xla: bool,
+                 warmup: int):
+        import tensorflow as tf
+        self.name = f"{dtype}{' xla' if xla else ''}"
+        self.dtype, self.xla = dtype, xla
+        self.runner = build_runner(work, size, batch, seq, dtype, xla)
+        self.train_fn = self.runner._build_train_fn()  # pylint: disable=protected-access
+        self.iterator = iter(synthetic_dataset(batch, seq, 2))
+        self.one = tf.constant(1, tf.int32)
+        start = time.perf_counter()
+        self._step()
+        self.first_step_s = time.perf_counter() - start
+        for _ in range(max(0, warmup - 1)):
+            self._step()
+        self.times, self.loads = [], []
+
+    def _step(self) -> float:
+        loss, _ = self.train_fn(self.iterator, self.one)
+        return float(loss)
+
+    def time_steps(self, steps: int, load: float) -> None:
+        self.loads.append(load)
+        for _ in range(steps):
+            start = time.perf_counter()
+            self.last_loss = self._step()
+            self.times.append(time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=["small", "tiny", "base"], default="small")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--xla", choices=["off", "on", "both"], default="off")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--idle-load", type=float, default=1.5)
+    parser.add_argument("--max-wait", type=float, default=240.0)
+    args = parser.parse_args()
+
+    common.set_threads(args.threads)
+    machine = common.print_machine()
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    xlas = {"off": [False], "on": [True], "both": [False, True]}[args.xla]
+    peer_problem = None if args.no_peer else common.peer_available()
+    use_peer = not args.no_peer and peer_problem is None and args.size != "base"
+    if peer_problem:
+        print(f"# peer skipped: {peer_problem}")
+    work = tempfile.mkdtemp(prefix="finetune_throughput_")
+
+    load = common.wait_for_idle(args.idle_load, args.max_wait, "(matmul limit)")
+    limits = {d: common.matmul_limit(d) for d in ("float32", "bfloat16")}
+    print(f"# matmul limit: float32 {limits['float32']:.0f} GFLOP/s, bfloat16 "
+          f"{limits['bfloat16']:.0f} GFLOP/s (load {load})", flush=True)
+    configs = []
+    for xla in xlas:
+        for dtype in dtypes:
+            configs.append(Ours(work, args.size, args.batch, args.seq_len, dtype, xla,
+                                args.warmup))
+            print(f"# built {configs[-1].name}: first step {configs[-1].first_step_s:.1f} s",
+                  flush=True)
+    flops = common.finetune_flops(configs[0].runner.model.bert_config, args.batch,
+                                  args.seq_len, 2)
+
+    peer_rows = []
+    for r in range(args.rounds):
+        for ours in configs:
+            load = common.wait_for_idle(args.idle_load, args.max_wait,
+                                        f"(round {r + 1}: ours {ours.name})")
+            ours.time_steps(args.steps, load)
+            print(f"# round {r + 1} ours {ours.name}: median "
+                  f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms", flush=True)
+        if use_peer:
+            load = common.wait_for_idle(args.idle_load, args.max_wait, f"(round {r + 1}: peer)")
+            peer = common.run_peer("hf_finetune_bench.py", [
+                "--size", args.size, "--batch", args.batch, "--seq-len", args.seq_len,
+                "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads])
+            peer["load_before"] = load
+            peer_rows.append(peer)
+            print(f"# round {r + 1} peer: median {peer['step_ms_median']:.0f} ms "
+                  f"({peer['sequences_per_sec']:.2f} seq/s)", flush=True)
+
+    rows = []
+    peer_sps = statistics.median(p["sequences_per_sec"] for p in peer_rows) if peer_rows else None
+    for ours in configs:
+        row = {"benchmark": "electra_finetune_seqcls_step", "impl": "ours-tf", "size": args.size,
+               "dtype": ours.dtype, "xla": ours.xla, "batch": args.batch,
+               "seq_len": args.seq_len, "threads": args.threads}
+        row.update(common.summarize(ours.times, args.batch, args.seq_len, flops,
+                                    limits.get(ours.dtype, limits["float32"])))
+        row.update(first_step_s=round(ours.first_step_s, 1), load_before=ours.loads,
+                   last_loss=round(ours.last_loss, 4))
+        if peer_sps:
+            row["peer_sequences_per_sec"] = peer_sps
+            row["ratio_vs_peer_fp32"] = round(row["sequences_per_sec"] / peer_sps, 3)
+        rows.append(row)
+        common.emit(row)
+    for peer in peer_rows:
+        row = {"benchmark": "electra_finetune_seqcls_step", "impl": "peer-hf-pytorch",
+               "size": args.size, "dtype": "float32", "xla": False, "batch": args.batch,
+               "seq_len": args.seq_len, "threads": peer["threads"],
+               "steps_timed": peer["steps_timed"], "step_ms_median": peer["step_ms_median"],
+               "sequences_per_sec": peer["sequences_per_sec"],
+               "tokens_per_sec": peer["tokens_per_sec"],
+               "train_flops_per_step": flops["appendix_e"],
+               "achieved_gflops": round(flops["appendix_e"] * peer["sequences_per_sec"]
+                                        / args.batch / 1e9, 2),
+               "executed_flops_per_step": peer["train_flops_per_step"],
+               "achieved_gflops_executed": peer["achieved_gflops"],
+               "limit_gflops": round(limits["float32"], 1),
+               "fraction_of_limit": round(peer["achieved_gflops"] / limits["float32"], 3),
+               "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"]}
+        if peer["train_flops_per_step"] != flops["peer_executed"]:
+            row["flops_mismatch"] = f"ours counts {flops['peer_executed']} for the peer's head"
+        rows.append(row)
+        common.emit(row)
+
+    print()
+    print(f"ELECTRA-{args.size} fine-tuning step (sequence classification), batch {args.batch}, "
+          f"seq {args.seq_len}, {args.threads} threads")
+    print(common.markdown_table(rows, [
+        ("impl", "impl"), ("dtype", "dtype"), ("xla", "xla"), ("sequences_per_sec", "seq/s"),
+        ("tokens_per_sec", "tokens/s"), ("step_ms_median", "step ms (median)"),
+        ("ratio_vs_peer_fp32", "x peer fp32"), ("achieved_gflops", "GFLOP/s (App. E)"),
+        ("achieved_gflops_executed", "GFLOP/s (executed)"), ("fraction_of_limit", "of limit"),
+        ("load_before", "load")]))
+    print(f"\n# machine {json.dumps(machine)}; load at end {common.load_average():.2f}")
+
+
+if __name__ == "__main__":
+    main()
