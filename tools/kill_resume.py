@@ -192,6 +192,7 @@ def finetune_hparams(init_checkpoint: str) -> dict:
 
 
 def prepare(work: str, seed: int) -> str:
+    """Corpus, vocab, task data and pre-training tfrecords under `work`; returns the data dir."""
     data = os.path.join(work, "data")
     write_corpus(os.path.join(work, "corpus"), seed)
     os.makedirs(data, exist_ok=True)
@@ -403,12 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     if "--child" in argv[:argv.index("--") if "--" in argv else len(argv)]:
         child_main(argv)
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-dir", default="/tmp/kill_resume")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser.add_argument("--work-dir", default="/tmp/kill_resume",
+                        help="scratch dir (emptied first; default /tmp/kill_resume)")
     parser.add_argument("--kills", type=int, default=10, help="kills per run (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the kill plan and the toy data")
-    parser.add_argument("--steps", type=int, default=500, help="pre-training steps")
-    parser.add_argument("--skip-finetune", action="store_true")
+    parser.add_argument("--steps", type=int, default=500,
+                        help="pre-training steps (default 500)")
+    parser.add_argument("--skip-finetune", action="store_true",
+                        help="only the pre-training drill")
     parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
     args = parser.parse_args(argv)
     sys.path.insert(0, REPO)
