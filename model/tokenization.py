@@ -21,6 +21,7 @@ It is fast because no step loops over characters in Python:
 benchmarks/wordpiece_reference.py keeps the plain algorithm; tests check both give identical
 output on real and on generated text.
 """
+import abc
 import functools
 import itertools
 import os
@@ -237,7 +238,7 @@ def _special_ids(vocab: dict[str, int], source: str) -> tuple[int, int, int, int
     return tuple(vocab[t] for t in SPECIAL_TOKENS)  # type: ignore[return-value]
 
 
-class _TokenizerBase:
+class _TokenizerBase(abc.ABC):
     """Shared id conversion and special-token attributes."""
 
     vocab: dict[str, int]
@@ -273,8 +274,9 @@ class _TokenizerBase:
                 f"id {e.args[0]} is outside the vocabulary {self._source} "
                 f"(size {self.vocab_size})") from None
 
+    @abc.abstractmethod
     def tokenize(self, text: str) -> list[str]:
-        raise NotImplementedError
+        """Text -> vocabulary pieces."""
 
     def encode(self, text: str) -> list[int]:
         return self.convert_tokens_to_ids(self.tokenize(text))

@@ -208,8 +208,9 @@ class SingleOutputTask(task_lib.Task):
         """The GLUE submission file name (without .tsv) for a test split."""
         return self.glue_name
 
+    @abc.abstractmethod
     def format_prediction(self, outputs: dict[str, Any]) -> str:
-        raise NotImplementedError
+        """One test-set prediction as GLUE's submission file writes it."""
 
     def write_test_predictions(self, outputs, split, output_dir):
         """GLUE submission TSV `<output_dir>/<GLUE name>.tsv`: header "index\\tprediction"."""
