@@ -209,8 +209,13 @@ def _official_train_flops(h, layers, s, v, e, batch, discriminator, output_frac=
 # Timing summaries and output.
 
 def summarize(times: list[float], batch: int, seq: int, flops: dict,
-              limit_gflops: float | None) -> dict:
-    """Throughput figures of a list of per-step wall times (seconds)."""
+              rounds: list[tuple[list[float], float]] | None = None) -> dict:
+    """Throughput figures of a list of per-step wall times (seconds).
+
+    rounds: (that round's step times, the matmul limit in GFLOP/s measured just before it); the
+    machine's speed drifts (other tenants), so each round is compared with its own limit and the
+    median fraction is reported.
+    """
     med = statistics.median(times)
     row = {"steps_timed": len(times),
            "step_ms_median": round(med * 1e3, 2),
@@ -226,9 +231,10 @@ def summarize(times: list[float], batch: int, seq: int, flops: dict,
         if "paper_formula" in flops:
             row["paper_formula_flops_per_step"] = int(flops["paper_formula"])
             row["paper_formula_gflops"] = round(flops["paper_formula"] / med / 1e9, 2)
-        if limit_gflops:
-            row["limit_gflops"] = round(limit_gflops, 1)
-            row["fraction_of_limit"] = round(flops["executed"] / med / 1e9 / limit_gflops, 3)
+        if rounds:
+            row["limit_gflops"] = round(statistics.median(limit for _, limit in rounds), 1)
+            row["fraction_of_limit"] = round(statistics.median(
+                flops["executed"] / statistics.median(t) / 1e9 / limit for t, limit in rounds), 3)
     return row
 
 
@@ -259,8 +265,9 @@ def markdown_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
 def peer_available() -> str | None:
     """None if the peer can run, else why not."""
     if not os.path.isfile(PEER_PYTHON):
+        venv = os.path.dirname(os.path.dirname(PEER_PYTHON))
         return (f"no peer venv at {PEER_PYTHON}: run "
-                f"`bash {os.path.join(PEER_DIR, 'setup.sh')} {os.path.dirname(os.path.dirname(PEER_PYTHON))}`")
+                f"`bash {os.path.join(PEER_DIR, 'setup.sh')} {venv}`")
     return None
 
 

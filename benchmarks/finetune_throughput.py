@@ -9,7 +9,7 @@ load average printed before each measurement. FLOPs conventions: benchmarks/comm
 peer's head has one more H x H dense layer than the official head: its executed count is given
 as `peer_executed_flops_per_step`).
 
-  python benchmarks/finetune_throughput.py                    # Small, batch 32, seq 128, fp32 + bf16
+  python benchmarks/finetune_throughput.py            # Small, batch 32, seq 128, fp32 + bf16
   python benchmarks/finetune_throughput.py --xla both --rounds 1
 """
 import argparse
@@ -92,17 +92,20 @@ class Ours:
         for _ in range(max(0, warmup - 1)):
             self._step()
         self.times, self.loads = [], []
+        self.rounds: list[tuple[list[float], float]] = []  # (step times, matmul limit)
 
     def _step(self) -> float:
         loss, _ = self.train_fn(self.iterator, self.one)
         return float(loss)
 
-    def time_steps(self, steps: int, load: float) -> None:
+    def time_steps(self, steps: int, load: float, limit: float) -> None:
         self.loads.append(load)
+        self.rounds.append(([], limit))
         for _ in range(steps):
             start = time.perf_counter()
             self.last_loss = self._step()
             self.times.append(time.perf_counter() - start)
+            self.rounds[-1][0].append(self.times[-1])
 
 
 def main() -> None:
@@ -132,10 +135,11 @@ def main() -> None:
         print(f"# peer skipped: {peer_problem}")
     work = tempfile.mkdtemp(prefix="finetune_throughput_")
 
-    load = common.wait_for_idle(args.idle_load, args.max_wait, "(matmul limit)")
+    load = common.load_average()
     limits = {d: common.matmul_limit(d) for d in ("float32", "bfloat16")}
     print(f"# matmul limit: float32 {limits['float32']:.0f} GFLOP/s, bfloat16 "
-          f"{limits['bfloat16']:.0f} GFLOP/s (load {load})", flush=True)
+          f"{limits['bfloat16']:.0f} GFLOP/s (load {load:.2f}; measured again before every "
+          "timed block)", flush=True)
     configs = []
     for xla in xlas:
         for dtype in dtypes:
@@ -151,15 +155,17 @@ def main() -> None:
         for ours in configs:
             load = common.wait_for_idle(args.idle_load, args.max_wait,
                                         f"(round {r + 1}: ours {ours.name})")
-            ours.time_steps(args.steps, load)
+            ours.time_steps(args.steps, load, common.matmul_limit(
+                "bfloat16" if ours.dtype == "bfloat16" else "float32"))
             print(f"# round {r + 1} ours {ours.name}: median "
                   f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms", flush=True)
         if use_peer:
             load = common.wait_for_idle(args.idle_load, args.max_wait, f"(round {r + 1}: peer)")
+            limit = common.matmul_limit("float32")
             peer = common.run_peer("hf_finetune_bench.py", [
                 "--size", args.size, "--batch", args.batch, "--seq-len", args.seq_len,
                 "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads])
-            peer["load_before"] = load
+            peer["load_before"], peer["limit"] = load, limit
             peer_rows.append(peer)
             print(f"# round {r + 1} peer: median {peer['step_ms_median']:.0f} ms "
                   f"({peer['sequences_per_sec']:.2f} seq/s)", flush=True)
@@ -170,13 +176,16 @@ def main() -> None:
         row = {"benchmark": "electra_finetune_seqcls_step", "impl": "ours-tf", "size": args.size,
                "dtype": ours.dtype, "xla": ours.xla, "batch": args.batch,
                "seq_len": args.seq_len, "threads": args.threads}
-        row.update(common.summarize(ours.times, args.batch, args.seq_len, flops,
-                                    limits.get(ours.dtype, limits["float32"])))
+        row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, ours.rounds))
         row.update(first_step_s=round(ours.first_step_s, 1), load_before=ours.loads,
+                   traces=ours.train_fn.experimental_get_tracing_count(),
                    last_loss=round(ours.last_loss, 4))
         if peer_sps:
             row["peer_sequences_per_sec"] = peer_sps
             row["ratio_vs_peer_fp32"] = round(row["sequences_per_sec"] / peer_sps, 3)
+            row["ratio_per_round"] = [
+                round(args.batch / statistics.median(t) / p["sequences_per_sec"], 3)
+                for (t, _), p in zip(ours.rounds, peer_rows)]
         rows.append(row)
         common.emit(row)
     for peer in peer_rows:
@@ -191,8 +200,8 @@ def main() -> None:
                                         / args.batch / 1e9, 2),
                "executed_flops_per_step": peer["train_flops_per_step"],
                "achieved_gflops_executed": peer["achieved_gflops"],
-               "limit_gflops": round(limits["float32"], 1),
-               "fraction_of_limit": round(peer["achieved_gflops"] / limits["float32"], 3),
+               "limit_gflops": round(peer["limit"], 1),
+               "fraction_of_limit": round(peer["achieved_gflops"] / peer["limit"], 3),
                "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"]}
         if peer["train_flops_per_step"] != flops["peer_executed"]:
             row["flops_mismatch"] = f"ours counts {flops['peer_executed']} for the peer's head"

@@ -17,7 +17,7 @@ FLOPs conventions: benchmarks/common.py.
   python benchmarks/pretrain_throughput.py                          # Small, b16 s128, fp32 + bf16
   python benchmarks/pretrain_throughput.py --xla both --rounds 1    # XLA on and off
   python benchmarks/pretrain_throughput.py --size tiny --no-peer
-  python benchmarks/pretrain_throughput.py --curve-steps 60 --no-peer --dtypes float32,bfloat16
+  python benchmarks/pretrain_throughput.py --curve-only --curve-steps 60
 """
 import argparse
 import os
@@ -33,6 +33,11 @@ import common  # noqa: E402  (sets sys.path and the TF log level)
 VOCAB = 30522
 # The peer's "tiny" (its SIZES["tiny"]); "small" and "base" are Table 6 sizes.
 TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
+
+
+def limit_dtype(compute_dtype: str) -> str:
+    """The matmul limit a compute dtype is compared with (float16 has no fast path here)."""
+    return "bfloat16" if compute_dtype == "bfloat16" else "float32"
 
 
 def config_hparams(size: str, batch: int, seq: int, dtype: str, xla: bool, **extra) -> dict:
@@ -86,13 +91,16 @@ class Ours:
         self.times: list[float] = []
         self.cpu: list[float] = []
         self.loads: list[float] = []
+        self.rounds: list[tuple[list[float], float]] = []  # (step times, matmul limit)
 
-    def time_steps(self, steps: int, load: float) -> None:
+    def time_steps(self, steps: int, load: float, limit: float = 0.0) -> None:
         self.loads.append(load)
+        self.rounds.append(([], limit))
         for _ in range(steps):
             cpu, start = common.cpu_seconds(), time.perf_counter()
             result = self.trainer.train_steps(self.iterator, 1)
             self.times.append(time.perf_counter() - start)
+            self.rounds[-1][0].append(self.times[-1])
             self.cpu.append(common.cpu_seconds() - cpu)
             if not result.finite:
                 raise RuntimeError(f"{self.name}: non-finite step {result.bad_metrics}")
@@ -183,6 +191,8 @@ def main() -> None:
                         help="seconds to wait for the load to fall below --idle-load")
     parser.add_argument("--curve-steps", type=int, default=0,
                         help="also train this many steps on real text: fp32 vs bf16 vs seed")
+    parser.add_argument("--curve-only", action="store_true",
+                        help="only the training curve (--curve-steps), no throughput")
     parser.add_argument("--hparams", default="{}",
                         help="extra pre-training hparams (JSON), e.g. gradient_accumulation_steps")
     args = parser.parse_args()
@@ -200,12 +210,19 @@ def main() -> None:
         print(f"# peer skipped: {peer_problem}")
 
     work = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    if args.curve_only:
+        try:
+            run_curve(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         rows = []
-        load = common.wait_for_idle(args.idle_load, args.max_wait, "(matmul limit)")
+        load = common.load_average()
         limits = {d: common.matmul_limit(d) for d in ("float32", "bfloat16")}
         print(f"# matmul limit (2048^3, graph mode): float32 {limits['float32']:.0f} GFLOP/s, "
-              f"bfloat16 {limits['bfloat16']:.0f} GFLOP/s (load {load})", flush=True)
+              f"bfloat16 {limits['bfloat16']:.0f} GFLOP/s (load {load:.2f}; measured again "
+              "before every timed block)", flush=True)
 
         files = [write_synthetic_tfrecords(work, args.seq_len)]
         configs = []
@@ -227,15 +244,18 @@ def main() -> None:
             for ours in configs:
                 load = common.wait_for_idle(args.idle_load, args.max_wait,
                                             f"(round {r + 1}: ours {ours.name})")
-                ours.time_steps(args.steps, load)
+                limit = common.matmul_limit(limit_dtype(ours.hparams["compute_dtype"]))
+                ours.time_steps(args.steps, load, limit)
                 print(f"# round {r + 1} ours {ours.name}: median "
-                      f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms", flush=True)
+                      f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms "
+                      f"(limit {limit:.0f} GFLOP/s)", flush=True)
             if use_peer and args.size != "base":
                 load = common.wait_for_idle(args.idle_load, args.max_wait, f"(round {r + 1}: peer)")
+                limit = common.matmul_limit("float32")
                 peer = common.run_peer("hf_pretrain_bench.py", [
                     "--size", args.size, "--batch", args.batch, "--seq-len", args.seq_len,
                     "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads])
-                peer["load_before"] = load
+                peer["load_before"], peer["limit"] = load, limit
                 peer_rows.append(peer)
                 print(f"# round {r + 1} peer: median {peer['step_ms_median']:.0f} ms "
                       f"({peer['sequences_per_sec']:.2f} seq/s)", flush=True)
@@ -243,20 +263,24 @@ def main() -> None:
         peer_sps = (statistics.median(p["sequences_per_sec"] for p in peer_rows)
                     if peer_rows else None)
         for ours in configs:
-            limit = limits[ours.hparams["compute_dtype"] if ours.hparams["compute_dtype"]
-                           in limits else "float32"]
             row = {"benchmark": "electra_pretrain_step", "impl": "ours-tf", "size": args.size,
                    "dtype": ours.hparams["compute_dtype"], "xla": ours.hparams["use_xla"],
                    "batch": args.batch, "seq_len": args.seq_len, "masked_per_seq": n_pred,
                    "threads": args.threads}
-            row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, limit))
+            row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, ours.rounds))
             row["cpu_ms_per_step_median"] = round(statistics.median(ours.cpu) * 1e3, 1)
             row["first_step_s"] = round(ours.first_step_s, 1)
+            # 1 = the whole train loop was traced once and never again (no retracing).
+            loop_fn = ours.trainer._train_loop_fn  # pylint: disable=protected-access
+            row["traces"] = loop_fn.experimental_get_tracing_count()
             row["load_before"] = ours.loads
             row["last_loss"] = round(ours.last_loss, 4)
             if peer_sps:
                 row["peer_sequences_per_sec"] = peer_sps
                 row["ratio_vs_peer_fp32"] = round(row["sequences_per_sec"] / peer_sps, 3)
+                row["ratio_per_round"] = [
+                    round(args.batch / statistics.median(t) / p["sequences_per_sec"], 3)
+                    for (t, _), p in zip(ours.rounds, peer_rows)]
             if extra:
                 row["hparams"] = extra
             rows.append(row)
@@ -276,8 +300,8 @@ def main() -> None:
                    "achieved_gflops_executed": peer["achieved_gflops"],
                    "paper_formula_flops_per_step": peer["paper_formula_train_flops_per_step"],
                    "paper_formula_gflops": peer["paper_formula_gflops"],
-                   "limit_gflops": round(limits["float32"], 1),
-                   "fraction_of_limit": round(peer["achieved_gflops"] / limits["float32"], 3),
+                   "limit_gflops": round(peer["limit"], 1),
+                   "fraction_of_limit": round(peer["achieved_gflops"] / peer["limit"], 3),
                    "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"]}
             if peer["train_flops_per_step"] != flops["executed"]:
                 row["flops_mismatch"] = f"ours counts {flops['executed']} executed FLOPs"
@@ -298,12 +322,14 @@ def main() -> None:
         print()
         print(f"ELECTRA-{args.size} pre-training step, batch {args.batch}, seq {args.seq_len}, "
               f"{args.threads} threads; FLOPs: Appendix E = matmuls 2mnk, train 3x forward, dense "
-              f"embeddings; executed = peer's convention; limit = same-run 2048^3 matmul")
+              f"embeddings; executed = the peer's convention; of limit = executed GFLOP/s / a "
+              f"2048^3 matmul's, measured just before each timed block (median over rounds)")
         print(common.markdown_table(rows, [
             ("impl", "impl"), ("dtype", "dtype"), ("xla", "xla"),
             ("sequences_per_sec", "seq/s"), ("tokens_per_sec", "tokens/s"),
             ("step_ms_median", "step ms (median)"), ("ratio_vs_peer_fp32", "x peer fp32"),
-            ("train_flops_per_step", "FLOPs/step (App. E)"), ("achieved_gflops", "GFLOP/s (App. E)"),
+            ("train_flops_per_step", "FLOPs/step (App. E)"),
+            ("achieved_gflops", "GFLOP/s (App. E)"),
             ("achieved_gflops_executed", "GFLOP/s (executed)"),
             ("paper_formula_gflops", "GFLOP/s (official formula)"),
             ("fraction_of_limit", "of limit"), ("load_before", "load")]))

@@ -2,7 +2,7 @@
 
 Runs a few steps of the real step under `tf.profiler.experimental`, reads the trace (the XSpace
 protobuf TensorFlow writes; no TensorBoard needed) and sums the op kernels' time on the host
-threads by op type and by model part (generator, discriminator, optimizer, ...). Times are
+threads by op type and by phase (forward, backward, clipping, optimizer). Times are
 kernel CPU time summed over threads (2 threads busy = 2 s per wall second), so shares are what
 to read; the wall time per step is printed too.
 
@@ -21,22 +21,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import pretrain_throughput as pt  # noqa: E402
 
-PARTS = [("generator_predictions", "generator head"), ("generator/", "generator encoder"),
-         ("discriminator_predictions", "discriminator head"), ("electra/", "discriminator"),
-         ("adam", "optimizer"), ("global_norm", "clipping"), ("clip", "clipping")]
-
-
 def part_of(name: str) -> str:
-    lowered = name.lower()
-    backward = "gradient" in lowered
-    for key, part in PARTS:
-        if key in lowered:
-            return f"{part}{' (backward)' if backward and part not in ('optimizer', 'clipping') else ''}"
-    return "other" + (" (backward)" if backward else "")
+    """Which phase an op belongs to, from its name in the traced train loop.
+
+    The model's ops carry no module scopes, so the split is by phase: the gradient tape names
+    backward ops, and the optimizer update runs in the loop's finite-check `cond` branch.
+    """
+    if "gradient_tape" in name:
+        return "backward"
+    if "global_norm" in name:
+        return "clipping"
+    if "/cond/" in name:
+        return "optimizer (AdamW)"
+    return "forward (masking, sampling, losses)"
 
 
-def summarise_trace(logdir: str) -> tuple[collections.Counter, collections.Counter, float]:
-    """(seconds by op type, seconds by part, total) over the host op events of the trace."""
+def summarise_trace(logdir: str):
+    """(seconds by op type, by phase, by op name, total) over the host op events of the trace."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
     paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
     if not paths:
@@ -44,7 +45,7 @@ def summarise_trace(logdir: str) -> tuple[collections.Counter, collections.Count
     space = xplane_pb2.XSpace()
     with open(paths[0], "rb") as f:
         space.ParseFromString(f.read())
-    by_type, by_part = collections.Counter(), collections.Counter()
+    by_type, by_part, by_name = collections.Counter(), collections.Counter(), collections.Counter()
     total = 0.0
     for plane in space.planes:
         if not plane.name.startswith("/host:CPU"):
@@ -66,8 +67,9 @@ def summarise_trace(logdir: str) -> tuple[collections.Counter, collections.Count
                 seconds = event.duration_ps * 1e-12
                 by_type[op_type] += seconds
                 by_part["input pipeline" if data_thread else part_of(op_name)] += seconds
+                by_name[name] += seconds
                 total += seconds
-    return by_type, by_part, total
+    return by_type, by_part, by_name, total
 
 
 def main() -> None:
@@ -81,6 +83,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--names", type=int, default=0, help="also list the N costliest ops")
     parser.add_argument("--hparams", default="{}")
     args = parser.parse_args()
     common.set_threads(args.threads)
@@ -99,13 +102,17 @@ def main() -> None:
     ours.time_steps(args.steps, common.load_average())
     wall = (time.perf_counter() - start) / args.steps
     tf.profiler.experimental.stop()
-    by_type, by_part, total = summarise_trace(logdir)
-    print(f"\nwall {wall * 1e3:.0f} ms/step (profiling on), op kernel time {total / args.steps * 1e3:.0f} "
-          f"CPU-ms/step, load {common.load_average():.2f}")
+    by_type, by_part, by_name, total = summarise_trace(logdir)
+    print(f"\nwall {wall * 1e3:.0f} ms/step (profiling on), op kernel time "
+          f"{total / args.steps * 1e3:.0f} CPU-ms/step, load {common.load_average():.2f}")
     print("\n| op type | CPU-ms/step | share |\n|---|---|---|")
     for op, seconds in by_type.most_common(args.top):
         print(f"| {op} | {seconds / args.steps * 1e3:.1f} | {seconds / total:.1%} |")
-    print("\n| part | CPU-ms/step | share |\n|---|---|---|")
+    if args.names:
+        print("\n| op (name:type) | CPU-ms/step | share |\n|---|---|---|")
+        for name, seconds in by_name.most_common(args.names):
+            print(f"| {name} | {seconds / args.steps * 1e3:.1f} | {seconds / total:.1%} |")
+    print("\n| phase | CPU-ms/step | share |\n|---|---|---|")
     for part, seconds in by_part.most_common():
         print(f"| {part} | {seconds / args.steps * 1e3:.1f} | {seconds / total:.1%} |")
 

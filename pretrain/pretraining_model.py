@@ -91,7 +91,14 @@ class GeneratorHead(tf.Module):
     def __call__(self, hidden: tf.Tensor, embedding_table: tf.Variable) -> tf.Tensor:
         """hidden [B, N, H] (compute dtype) -> float32 logits [B, N, V]."""
         x = self.layer_norm(self.dense(hidden))
-        logits = tf.matmul(x, tf.cast(embedding_table, x.dtype), transpose_b=True)
+        shape = tf.shape(x)
+        # One [B*N, E] x [E, V] GEMM. A [B, N, E] x [V, E] batched matmul would broadcast the
+        # table: its gradient then becomes a [B, V, E] tensor summed over B (measured: ~10% of
+        # an ELECTRA-Small step, 250 MB at batch 16).
+        logits = tf.matmul(tf.reshape(x, [-1, shape[-1]]), tf.cast(embedding_table, x.dtype),
+                           transpose_b=True)
+        logits = tf.reshape(logits, tf.concat([shape[:-1], [-1]], 0))
+        logits.set_shape(x.shape[:-1].concatenate(embedding_table.shape[:1]))
         # Softmax and loss in float32 whatever the compute dtype.
         return tf.nn.bias_add(tf.cast(logits, tf.float32), self.output_bias)
 
