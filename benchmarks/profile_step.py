@@ -13,6 +13,7 @@ import argparse
 import collections
 import glob
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -103,6 +104,7 @@ def main() -> None:
     wall = (time.perf_counter() - start) / args.steps
     tf.profiler.experimental.stop()
     by_type, by_part, by_name, total = summarise_trace(logdir)
+    shutil.rmtree(work, ignore_errors=True)
     print(f"\nwall {wall * 1e3:.0f} ms/step (profiling on), op kernel time "
           f"{total / args.steps * 1e3:.0f} CPU-ms/step, load {common.load_average():.2f}")
     print("\n| op type | CPU-ms/step | share |\n|---|---|---|")

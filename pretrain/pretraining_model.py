@@ -93,8 +93,8 @@ class GeneratorHead(tf.Module):
         x = self.layer_norm(self.dense(hidden))
         shape = tf.shape(x)
         # One [B*N, E] x [E, V] GEMM. A [B, N, E] x [V, E] batched matmul would broadcast the
-        # table: its gradient then becomes a [B, V, E] tensor summed over B (measured: ~10% of
-        # an ELECTRA-Small step, 250 MB at batch 16).
+        # table: its gradient then becomes a [B, V, E] tensor summed over B (measured on
+        # ELECTRA-Small, batch 16: 4.5% of the step's op time and 250 MB; now 2.5%).
         logits = tf.matmul(tf.reshape(x, [-1, shape[-1]]), tf.cast(embedding_table, x.dtype),
                            transpose_b=True)
         logits = tf.reshape(logits, tf.concat([shape[:-1], [-1]], 0))
