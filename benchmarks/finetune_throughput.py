@@ -202,7 +202,8 @@ def main() -> None:
                "achieved_gflops_executed": peer["achieved_gflops"],
                "limit_gflops": round(peer["limit"], 1),
                "fraction_of_limit": round(peer["achieved_gflops"] / peer["limit"], 3),
-               "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"]}
+               "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"],
+               "torch": peer.get("torch"), "transformers": peer.get("transformers")}
         if peer["train_flops_per_step"] != flops["peer_executed"]:
             row["flops_mismatch"] = f"ours counts {flops['peer_executed']} for the peer's head"
         rows.append(row)

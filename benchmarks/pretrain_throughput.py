@@ -302,7 +302,8 @@ def main() -> None:
                    "paper_formula_gflops": peer["paper_formula_gflops"],
                    "limit_gflops": round(peer["limit"], 1),
                    "fraction_of_limit": round(peer["achieved_gflops"] / peer["limit"], 3),
-                   "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"]}
+                   "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"],
+                   "torch": peer.get("torch"), "transformers": peer.get("transformers")}
             if peer["train_flops_per_step"] != flops["executed"]:
                 row["flops_mismatch"] = f"ours counts {flops['executed']} executed FLOPs"
             rows.append(row)
