@@ -83,6 +83,13 @@ class Trainer:
                 num_warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
                 clip_norm=config.clip_norm, bias_correction=config.adam_bias_correction,
                 decay_after_warmup=config.lr_decay_after_warmup)
+            # Per-replica gradient sums of accumulation micro-batches (never checkpointed).
+            self._accumulators = [
+                tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
+                            name="gradient_accumulator",
+                            synchronization=tf.VariableSynchronization.ON_READ,
+                            aggregation=tf.VariableAggregation.SUM)
+                for v in self.trainable] if k > 1 else []
             agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
             with tf.name_scope(""):
                 self.input_position = tf.Variable(
@@ -202,16 +209,25 @@ class Trainer:
         size = self.per_replica_batch // k
         split = tf.nest.map_structure(
             lambda t: tf.reshape(t, tf.concat([[k, size], tf.shape(t)[1:]], 0)), masked)
-        grads, metrics = micro(tf.nest.map_structure(lambda t: t[0], split), 0)
 
-        def body(index, grads, metrics):
+        # The sums go into variables, not loop-carried tensors: Grappler merged `carried + new`
+        # with the backward pass's own AddN into one AddN, and its memory optimizer lowered that
+        # to a TemporaryVariable whose name collided between iterations (Base at seq 512).
+        def body(index, metrics):
             part = tf.nest.map_structure(lambda t: tf.gather(t, index), split)
-            more, more_metrics = micro(part, index)
-            return index + 1, [a + b for a, b in zip(grads, more)], metrics + more_metrics
+            grads, more_metrics = micro(part, index)
+            updates = [acc.assign_add(g, read_value=False)
+                       for acc, g in zip(self._accumulators, grads)]
+            with tf.control_dependencies(updates):
+                return index + 1, metrics + more_metrics
 
-        _, grads, metrics = tf.while_loop(lambda index, *_: index < k, body,
-                                          (tf.constant(1), grads, metrics))
-        return grads, metrics
+        resets = [acc.assign(tf.zeros_like(acc), read_value=False) for acc in self._accumulators]
+        with tf.control_dependencies(resets):
+            start = tf.constant(0)
+        _, metrics = tf.while_loop(lambda index, _: index < k, body,
+                                   (start, tf.zeros([len(TRAIN_METRICS) - 1])))
+        with tf.control_dependencies([metrics]):
+            return [acc.read_value() for acc in self._accumulators], metrics
 
     @staticmethod
     def _local_metrics(out) -> tf.Tensor:

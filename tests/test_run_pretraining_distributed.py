@@ -1,6 +1,7 @@
-"""tf.distribute: MirroredStrategy over two logical CPU devices and MultiWorkerMirroredStrategy
-with two local worker processes (TF_CONFIG on loopback ports) train the tiny model with the same
-loss curve and weights as one device on the same global batch.
+"""tf.distribute: MirroredStrategy over two logical CPU devices (with and without gradient
+accumulation) and MultiWorkerMirroredStrategy with two local worker processes (TF_CONFIG on
+loopback ports) train the tiny model with the same loss curve and weights as one device on the
+same global batch.
 
 Dropout is off: it is drawn per replica. Masking and generator sampling are addressed by global
 example index (pretrain/rng.py), so they are identical however the batch is split.
@@ -67,7 +68,13 @@ def runs(tmp_path_factory):
     data_dir = fx.write_data(str(tmp_path_factory.mktemp("data")))
     procs = {"mirrored": subprocess.Popen(
         [sys.executable, "-c", MIRRORED_SCRIPT, data_dir, json.dumps(_hparams())],
-        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)}
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+        # Accumulators are per-replica (ON_READ) variables: each replica sums its own
+        # micro-batches, the all-reduce comes after.
+        "mirrored_accumulation": subprocess.Popen(
+            [sys.executable, "-c", MIRRORED_SCRIPT.replace('"mirrored"', '"mirrored_accumulation"'),
+             data_dir, json.dumps(_hparams(gradient_accumulation_steps=2))],
+            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)}
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     for index in range(2):
@@ -95,10 +102,10 @@ def runs(tmp_path_factory):
         assert p.returncode == 0, f"{name} failed:\n{errors[name][-3000:]}"
     assert dict(os.environ) == env_before
     return {name: os.path.join(data_dir, "models", name)
-            for name in ("single", "mirrored", "multi_worker")}
+            for name in ("single", "mirrored", "mirrored_accumulation", "multi_worker")}
 
 
-@pytest.mark.parametrize("name", ["mirrored", "multi_worker"])
+@pytest.mark.parametrize("name", ["mirrored", "mirrored_accumulation", "multi_worker"])
 def test_same_loss_curve_and_weights_as_one_device(runs, name):
     single_loss, single_norm = _curve(runs["single"])
     loss, norm = _curve(runs[name])
