@@ -120,8 +120,32 @@ class LayerNorm(tf.Module):
         self.epsilon = epsilon
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        x32 = tf.cast(x, tf.float32)
-        mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
-        y = (x32 - mean) * tf.math.rsqrt(variance + self.epsilon) * self.gamma + self.beta
+        y = layer_norm(tf.cast(x, tf.float32), self.gamma, self.beta, self.epsilon)
         return tf.cast(y, x.dtype)
+
+
+def layer_norm(x: tf.Tensor, gamma, beta, epsilon: float) -> tf.Tensor:
+    """(x - mean) / sqrt(var + epsilon) * gamma + beta over the last axis, float32.
+
+    The backward pass is written out: automatic differentiation of the moments emits about twice
+    as many elementwise ops, and a pre-training step spends a quarter of its time in such ops
+    (a float32 step of ELECTRA-Small measured about 5% faster with this; BENCHMARKS.md).
+    """
+    @tf.custom_gradient
+    def forward(x, gamma, beta):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        inv_std = tf.math.rsqrt(variance + epsilon)
+        normed = (x - mean) * inv_std
+
+        def backward(dy):
+            dnormed = dy * gamma
+            dx = inv_std * (dnormed - tf.reduce_mean(dnormed, -1, keepdims=True)
+                            - normed * tf.reduce_mean(dnormed * normed, -1, keepdims=True))
+            outer_axes = tf.range(tf.rank(dy) - 1)
+            return (dx, tf.reduce_sum(dy * normed, outer_axes),
+                    tf.reduce_sum(dy, outer_axes))
+
+        return normed * gamma + beta, backward
+
+    return forward(x, gamma, beta)
 

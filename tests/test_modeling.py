@@ -172,3 +172,31 @@ def test_model_sizes_follow_table_6():
                 c.intermediate_size) == (layers, hidden, emb, heads, ffn)
     with pytest.raises(ValueError, match="unknown model_size 'medium'"):
         modeling.get_bert_config("medium", 100)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_layer_norm_written_out_gradient_equals_automatic_differentiation(dtype):
+    from model import layers
+    norm = layers.LayerNorm(8, "t/LayerNorm")
+    norm.gamma.assign(tf.random.stateless_normal([8], seed=[1, 2]))
+    norm.beta.assign(tf.random.stateless_normal([8], seed=[1, 3]))
+    x = tf.cast(tf.random.stateless_normal([3, 5, 8], seed=[1, 4]) * 3.0 + 1.0, dtype)
+    weights = tf.random.stateless_normal([3, 5, 8], seed=[1, 5])
+
+    def reference(x):  # the plain formula, differentiated by the tape
+        x = tf.cast(x, tf.float32)
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return (x - mean) * tf.math.rsqrt(variance + 1e-12) * norm.gamma + norm.beta
+
+    results = []
+    for fn in (tf.function(norm), reference):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * weights)
+        assert y.dtype == (dtype if fn is not reference else tf.float32)
+        results.append([tf.cast(t, tf.float32) for t in
+                        [y] + tape.gradient(loss, [x, norm.gamma, norm.beta])])
+    tol = 1e-5 if dtype == tf.float32 else 1e-2
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
