@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from model import modeling, tokenization
-from util.hparams import HParamError, HParams, hp, parse_hparams_arg
+from util.hparams import HParams, hp
 
 # Table 7: learning rate and layer-wise decay per model size; small also uses embedding size 128.
 SIZE_DEFAULTS = {
@@ -103,17 +103,6 @@ class FinetuningConfig(HParams):
     test_predictions_dir: str | None = hp(None, "where test-set predictions are written")
     qa_dir: str | None = hp(None, "where QA predictions, null odds and eval json are written")
 
-    @classmethod
-    def from_hparams(cls, model_name: str, data_dir: str,
-                     hparams: str | dict | None = None) -> "FinetuningConfig":
-        values = parse_hparams_arg(hparams)
-        config = cls(model_name=model_name, data_dir=data_dir)
-        config.update(values)
-        config._set_derived_defaults()
-        config.update(values)  # the user's values beat task, size and debug defaults
-        config._finalize()
-        return config
-
     def _set_derived_defaults(self) -> None:
         if len(self.task_names) == 1:
             task = self.task_names[0]
@@ -123,11 +112,7 @@ class FinetuningConfig(HParams):
                 self.max_seq_length, self.num_train_epochs = 512, 2.0
             elif task == "chunk":
                 self.max_seq_length = 256
-        if self.model_size not in SIZE_DEFAULTS:
-            raise HParamError(f"unknown model_size {self.model_size!r}; expected one of "
-                              f"{sorted(SIZE_DEFAULTS)}")
-        for key, value in SIZE_DEFAULTS[self.model_size].items():
-            setattr(self, key, value)
+        self._apply_defaults("model_size", SIZE_DEFAULTS)
         if self.debug:
             self.save_checkpoints_steps, self.use_tfrecords_if_existing = 1000000, False
             self.num_trials, self.iterations_per_loop, self.log_examples = 1, 1, True
@@ -171,14 +156,8 @@ class FinetuningConfig(HParams):
             (self.max_seq_length > 2, "max_seq_length", "must be > 2"),
             (self.heldout_dev_sentences >= 0, "heldout_dev_sentences", "must be >= 0"),
         ]
-        for ok, key, rule in checks:
-            if not ok:
-                raise HParamError(f"hparam {key!r} {rule}, got {getattr(self, key)!r}")
-        bert = self.bert_config()
-        if self.max_seq_length > bert.max_position_embeddings:
-            raise HParamError(
-                f"max_seq_length ({self.max_seq_length}) exceeds max_position_embeddings "
-                f"({bert.max_position_embeddings}) of the model")
+        self._enforce(checks)
+        modeling.check_max_seq_length(self.max_seq_length, self.bert_config())
 
     def pretrained_bert_config_file(self) -> str | None:
         """bert_config.json next to the initial checkpoint (our model dirs write one), if any."""

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from model import modeling
-from util.hparams import HParamError, HParams, hp, parse_hparams_arg
+from util.hparams import HParams, hp
 
 # Table 6 of the paper, for the keys the official config leaves to the user.
 SIZE_DEFAULTS = {
@@ -116,23 +116,8 @@ class PretrainingConfig(HParams):
     results_txt: str | None = hp(None, "default <model_dir>/results/unsup_results.txt")
     results_json: str | None = hp(None, "default <model_dir>/results/unsup_results.json")
 
-    @classmethod
-    def from_hparams(cls, model_name: str, data_dir: str,
-                     hparams: str | dict | None = None) -> "PretrainingConfig":
-        values = parse_hparams_arg(hparams)
-        config = cls(model_name=model_name, data_dir=data_dir)
-        config.update(values)
-        config._set_derived_defaults()
-        config.update(values)  # the user's values beat size and debug defaults
-        config._finalize()
-        return config
-
     def _set_derived_defaults(self) -> None:
-        if self.model_size not in SIZE_DEFAULTS:
-            raise HParamError(f"unknown model_size {self.model_size!r}; expected one of "
-                              f"{sorted(SIZE_DEFAULTS)}")
-        for key, value in SIZE_DEFAULTS[self.model_size].items():
-            setattr(self, key, value)
+        self._apply_defaults("model_size", SIZE_DEFAULTS)
         if self.debug:
             self.train_batch_size, self.num_train_steps = 8, 20
             self.eval_batch_size, self.iterations_per_loop, self.num_eval_steps = 4, 1, 2
@@ -172,14 +157,8 @@ class PretrainingConfig(HParams):
             (self.input_cycle_length >= 1, "input_cycle_length", "must be >= 1"),
         ]
         checks += self._objective_checks()
-        for ok, key, rule in checks:
-            if not ok:
-                raise HParamError(f"hparam {key!r} {rule}, got {getattr(self, key)!r}")
-        bert = self.bert_config()
-        if self.max_seq_length > bert.max_position_embeddings:
-            raise HParamError(
-                f"max_seq_length ({self.max_seq_length}) exceeds max_position_embeddings "
-                f"({bert.max_position_embeddings}) of the model")
+        self._enforce(checks)
+        modeling.check_max_seq_length(self.max_seq_length, self.bert_config())
 
     def _objective_checks(self) -> list:
         """Combinations of the objective hparams that make sense (key named on failure)."""

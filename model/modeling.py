@@ -13,6 +13,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from model import layers
+from util.hparams import HParamError
 
 COMPUTE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
 
@@ -112,6 +113,14 @@ def get_generator_config(disc_config: BertConfig, generator_hidden_size: float,
             f"generator hidden size {config.hidden_size} is not a multiple of its "
             f"{config.num_attention_heads} heads; adjust generator_hidden_size")
     return config
+
+
+def check_max_seq_length(max_seq_length: int, config: BertConfig) -> None:
+    """Raises HParamError when examples are longer than the model's position embeddings."""
+    if max_seq_length > config.max_position_embeddings:
+        raise HParamError(
+            f"max_seq_length ({max_seq_length}) exceeds max_position_embeddings "
+            f"({config.max_position_embeddings}) of the model")
 
 
 class Embeddings(tf.Module):

@@ -9,7 +9,7 @@ import difflib
 import json
 import os
 import typing
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from util import io_utils
 
@@ -41,6 +41,9 @@ def parse_hparams_arg(hparams: str | Mapping[str, Any] | None) -> dict[str, Any]
     if not isinstance(value, dict):
         raise HParamError(f"{where}: expected a JSON object of hparams, got {type(value).__name__}")
     return value
+
+
+_H = TypeVar("_H", bound="HParams")
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -103,6 +106,44 @@ class HParams:
             if hints[key] is float and isinstance(value, int):
                 value = float(value)
             setattr(self, key, value)
+
+    @classmethod
+    def from_hparams(cls: type[_H], model_name: str, data_dir: str,
+                     hparams: str | Mapping[str, Any] | None = None) -> _H:
+        """A run's settings: defaults, the user's hparams, what they imply, then the user's
+        hparams again so they always win, then the remaining derived values and checks.
+
+        For subclasses with `model_name` and `data_dir` fields; they fill in the hooks
+        `_set_derived_defaults` (defaults implied by e.g. model size or debug mode) and
+        `_finalize` (paths derived from data_dir and model_name, validation).
+        """
+        values = parse_hparams_arg(hparams)
+        config = cls(model_name=model_name, data_dir=data_dir)
+        config.update(values)
+        config._set_derived_defaults()
+        config.update(values)  # the user's values beat the derived defaults
+        config._finalize()
+        return config
+
+    def _set_derived_defaults(self) -> None:
+        """Hook of from_hparams: defaults implied by the hparams set so far."""
+
+    def _finalize(self) -> None:
+        """Hook of from_hparams: values derived after the user's hparams, and checks."""
+
+    def _apply_defaults(self, key: str, table: Mapping[Any, Mapping[str, Any]]) -> None:
+        """Sets the defaults `table` lists for this config's value of hparam `key`."""
+        value = getattr(self, key)
+        if value not in table:
+            raise HParamError(f"unknown {key} {value!r}; expected one of {sorted(table)}")
+        for name, default in table[value].items():
+            setattr(self, name, default)
+
+    def _enforce(self, checks: list[tuple[bool, str, str]]) -> None:
+        """Raises HParamError for the first (ok, key, rule) whose ok is false."""
+        for ok, key, rule in checks:
+            if not ok:
+                raise HParamError(f"hparam {key!r} {rule}, got {getattr(self, key)!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.field_names()}
