@@ -15,6 +15,7 @@ masked positions per sequence go through the generator's vocabulary projection):
   ops counted, output softmax on 15.625% of the tokens); the peer's
   `paper_formula_train_flops_per_step`.
 """
+import argparse
 import datetime
 import json
 import os
@@ -37,6 +38,48 @@ FIRST_WORD_ID = 999  # the peer draws tokens from [999, vocab)
 
 # official flops_computation.py constants (non-matmul op counts)
 _DROPOUT, _LAYER_NORM, _ACTIVATION, _SOFTMAX = 4, 5, 8, 5
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+
+def arg_parser(doc: str, batch: int | None, size: str = "small",
+               seq_len: int = 128) -> argparse.ArgumentParser:
+    """A parser with the model shape flags: --size, --batch (unless None) and --seq-len."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=["small", "tiny", "base"], default=size)
+    if batch is not None:
+        parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--seq-len", type=int, default=seq_len)
+    return parser
+
+
+def add_round_args(parser: argparse.ArgumentParser, steps: int, warmup: int, xla: str = "off",
+                   unit: str = "steps", peer: bool = True,
+                   warmup_help: str | None = "untimed steps (first one traces)") -> None:
+    """Flags of a benchmark that times its configurations (and the peer) in alternating rounds.
+
+    unit: what one timed call is ("steps" or "calls"); the flag that counts them is --<unit>.
+    """
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--xla", choices=["off", "on", "both"], default=xla)
+    parser.add_argument(f"--{unit}", type=int, default=steps, help=f"timed {unit} per round")
+    parser.add_argument("--warmup", type=int, default=warmup, help=warmup_help)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternations ours / peer" if peer else None)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    if peer:
+        parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--idle-load", type=float, default=1.5)
+    parser.add_argument("--max-wait", type=float, default=240.0,
+                        help="seconds to wait for the load to fall below --idle-load")
+
+
+def dtypes_and_xlas(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
+    """The compute dtypes (--dtypes) and XLA settings (--xla) to measure."""
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    return dtypes, {"off": [False], "on": [True], "both": [False, True]}[args.xla]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +134,11 @@ def print_machine(extra: str = "") -> dict:
           f"{machine['tensorflow']}; {machine['date']}; load {load_average():.2f} {extra}",
           flush=True)
     return machine
+
+
+def print_machine_end(machine: dict) -> None:
+    """The last line of a report: the machine (from print_machine) and the load at the end."""
+    print(f"\n# machine {json.dumps(machine)}; load at end {load_average():.2f}")
 
 
 def set_threads(threads: int) -> None:
@@ -280,6 +328,72 @@ def run_peer(script: str, args: list[str], timeout: float = 1800.0) -> dict:
         raise RuntimeError(f"peer {' '.join(cmd)} failed ({proc.returncode}):\n"
                            f"{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def use_peer(no_peer: bool) -> bool:
+    """Whether the peer runs: not with --no-peer, nor when it cannot (printed as a comment)."""
+    problem = None if no_peer else peer_available()
+    if problem:
+        print(f"# peer skipped: {problem}")
+    return not no_peer and problem is None
+
+
+def peer_round(script: str, args: argparse.Namespace, round_index: int) -> dict:
+    """One peer measurement in round `round_index` (0-based), after waiting for an idle machine.
+
+    The peer's JSON line plus `load_before` and `limit` (float32 matmul GFLOP/s measured just
+    before it), for `peer_row`.
+    """
+    load = wait_for_idle(args.idle_load, args.max_wait, f"(round {round_index + 1}: peer)")
+    limit = matmul_limit("float32")
+    peer = run_peer(script, [
+        "--size", args.size, "--batch", args.batch, "--seq-len", args.seq_len,
+        "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads])
+    peer["load_before"], peer["limit"] = load, limit
+    print(f"# round {round_index + 1} peer: median {peer['step_ms_median']:.0f} ms "
+          f"({peer['sequences_per_sec']:.2f} seq/s)", flush=True)
+    return peer
+
+
+def peer_comparison(sequences_per_sec: float, batch: int,
+                    rounds: list[tuple[list[float], float]], peer_rows: list[dict]) -> dict:
+    """Ours against the peer (float32): the peer's median seq/s, the ratio to it, and the ratio
+    per round (each of our rounds against the peer run of the same round). {} without a peer."""
+    if not peer_rows:
+        return {}
+    peer_sps = statistics.median(p["sequences_per_sec"] for p in peer_rows)
+    if not peer_sps:
+        return {}
+    return {"peer_sequences_per_sec": peer_sps,
+            "ratio_vs_peer_fp32": round(sequences_per_sec / peer_sps, 3),
+            "ratio_per_round": [round(batch / statistics.median(t) / p["sequences_per_sec"], 3)
+                                for (t, _), p in zip(rounds, peer_rows)]}
+
+
+def peer_row(benchmark: str, args: argparse.Namespace, peer: dict, appendix_e_flops: int,
+             shape_fields: dict | None = None, flops_fields: dict | None = None) -> dict:
+    """The output row of one peer measurement (from `peer_round`), in our rows' keys.
+
+    appendix_e_flops: our Appendix E count of the step (the peer reports the executed count);
+    shape_fields go after seq_len, flops_fields after the executed FLOPs.
+    """
+    return {"benchmark": benchmark, "impl": "peer-hf-pytorch", "size": args.size,
+            "dtype": "float32", "xla": False, "batch": args.batch, "seq_len": args.seq_len,
+            **(shape_fields or {}),
+            "threads": peer["threads"], "steps_timed": peer["steps_timed"],
+            "step_ms_median": peer["step_ms_median"],
+            "sequences_per_sec": peer["sequences_per_sec"],
+            "tokens_per_sec": peer["tokens_per_sec"],
+            "train_flops_per_step": appendix_e_flops,
+            "achieved_gflops": round(appendix_e_flops * peer["sequences_per_sec"]
+                                     / args.batch / 1e9, 2),
+            "executed_flops_per_step": peer["train_flops_per_step"],
+            "achieved_gflops_executed": peer["achieved_gflops"],
+            **(flops_fields or {}),
+            "limit_gflops": round(peer["limit"], 1),
+            "fraction_of_limit": round(peer["achieved_gflops"] / peer["limit"], 3),
+            "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"],
+            "torch": peer.get("torch"), "transformers": peer.get("transformers")}
 
 
 def child_json(cmd: list[str], timeout: float = 3600.0) -> dict:

@@ -12,8 +12,6 @@ as `peer_executed_flops_per_step`).
   python benchmarks/finetune_throughput.py            # Small, batch 32, seq 128, fp32 + bf16
   python benchmarks/finetune_throughput.py --xla both --rounds 1
 """
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -109,30 +107,14 @@ class Ours:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=["small", "tiny", "base"], default="small")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--xla", choices=["off", "on", "both"], default="off")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--no-peer", action="store_true")
-    parser.add_argument("--idle-load", type=float, default=1.5)
-    parser.add_argument("--max-wait", type=float, default=240.0)
+    parser = common.arg_parser(__doc__, batch=32)
+    common.add_round_args(parser, steps=10, warmup=3)
     args = parser.parse_args()
 
     common.set_threads(args.threads)
     machine = common.print_machine()
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    xlas = {"off": [False], "on": [True], "both": [False, True]}[args.xla]
-    peer_problem = None if args.no_peer else common.peer_available()
-    use_peer = not args.no_peer and peer_problem is None and args.size != "base"
-    if peer_problem:
-        print(f"# peer skipped: {peer_problem}")
+    dtypes, xlas = common.dtypes_and_xlas(args)
+    use_peer = common.use_peer(args.no_peer) and args.size != "base"
     work = tempfile.mkdtemp(prefix="finetune_throughput_")
 
     load = common.load_average()
@@ -160,18 +142,9 @@ def main() -> None:
             print(f"# round {r + 1} ours {ours.name}: median "
                   f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms", flush=True)
         if use_peer:
-            load = common.wait_for_idle(args.idle_load, args.max_wait, f"(round {r + 1}: peer)")
-            limit = common.matmul_limit("float32")
-            peer = common.run_peer("hf_finetune_bench.py", [
-                "--size", args.size, "--batch", args.batch, "--seq-len", args.seq_len,
-                "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads])
-            peer["load_before"], peer["limit"] = load, limit
-            peer_rows.append(peer)
-            print(f"# round {r + 1} peer: median {peer['step_ms_median']:.0f} ms "
-                  f"({peer['sequences_per_sec']:.2f} seq/s)", flush=True)
+            peer_rows.append(common.peer_round("hf_finetune_bench.py", args, r))
 
     rows = []
-    peer_sps = statistics.median(p["sequences_per_sec"] for p in peer_rows) if peer_rows else None
     for ours in configs:
         row = {"benchmark": "electra_finetune_seqcls_step", "impl": "ours-tf", "size": args.size,
                "dtype": ours.dtype, "xla": ours.xla, "batch": args.batch,
@@ -180,30 +153,12 @@ def main() -> None:
         row.update(first_step_s=round(ours.first_step_s, 1), load_before=ours.loads,
                    traces=ours.train_fn.experimental_get_tracing_count(),
                    last_loss=round(ours.last_loss, 4))
-        if peer_sps:
-            row["peer_sequences_per_sec"] = peer_sps
-            row["ratio_vs_peer_fp32"] = round(row["sequences_per_sec"] / peer_sps, 3)
-            row["ratio_per_round"] = [
-                round(args.batch / statistics.median(t) / p["sequences_per_sec"], 3)
-                for (t, _), p in zip(ours.rounds, peer_rows)]
+        row.update(common.peer_comparison(row["sequences_per_sec"], args.batch, ours.rounds,
+                                          peer_rows))
         rows.append(row)
         common.emit(row)
     for peer in peer_rows:
-        row = {"benchmark": "electra_finetune_seqcls_step", "impl": "peer-hf-pytorch",
-               "size": args.size, "dtype": "float32", "xla": False, "batch": args.batch,
-               "seq_len": args.seq_len, "threads": peer["threads"],
-               "steps_timed": peer["steps_timed"], "step_ms_median": peer["step_ms_median"],
-               "sequences_per_sec": peer["sequences_per_sec"],
-               "tokens_per_sec": peer["tokens_per_sec"],
-               "train_flops_per_step": flops["appendix_e"],
-               "achieved_gflops": round(flops["appendix_e"] * peer["sequences_per_sec"]
-                                        / args.batch / 1e9, 2),
-               "executed_flops_per_step": peer["train_flops_per_step"],
-               "achieved_gflops_executed": peer["achieved_gflops"],
-               "limit_gflops": round(peer["limit"], 1),
-               "fraction_of_limit": round(peer["achieved_gflops"] / peer["limit"], 3),
-               "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"],
-               "torch": peer.get("torch"), "transformers": peer.get("transformers")}
+        row = common.peer_row("electra_finetune_seqcls_step", args, peer, flops["appendix_e"])
         if peer["train_flops_per_step"] != flops["peer_executed"]:
             row["flops_mismatch"] = f"ours counts {flops['peer_executed']} for the peer's head"
         rows.append(row)
@@ -218,7 +173,7 @@ def main() -> None:
         ("ratio_vs_peer_fp32", "x peer fp32"), ("achieved_gflops", "GFLOP/s (App. E)"),
         ("achieved_gflops_executed", "GFLOP/s (executed)"), ("fraction_of_limit", "of limit"),
         ("load_before", "load")]))
-    print(f"\n# machine {json.dumps(machine)}; load at end {common.load_average():.2f}")
+    common.print_machine_end(machine)
 
 
 if __name__ == "__main__":

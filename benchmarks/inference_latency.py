@@ -8,8 +8,6 @@ percentile wall time per example after warm-up, in float32 and bfloat16, XLA off
   python benchmarks/inference_latency.py                     # Small, seq 128, fp32/bf16, XLA off/on
   python benchmarks/inference_latency.py --seq-len 512 --xla off
 """
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -27,19 +25,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=["small", "tiny", "base"], default="small")
-    parser.add_argument("--seq-len", type=int, default=128)
+    parser = common.arg_parser(__doc__, batch=None)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--xla", choices=["off", "on", "both"], default="both")
-    parser.add_argument("--calls", type=int, default=50, help="timed calls per round")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--idle-load", type=float, default=1.5)
-    parser.add_argument("--max-wait", type=float, default=240.0)
+    common.add_round_args(parser, steps=50, warmup=5, xla="both", unit="calls", peer=False,
+                          warmup_help=None)
     args = parser.parse_args()
 
     common.set_threads(args.threads)
@@ -58,9 +47,9 @@ def main() -> None:
                 "sst_label_ids": tf.zeros([args.batch], tf.int32)}
 
     configs = []
-    xlas = {"off": [False], "on": [True], "both": [False, True]}[args.xla]
+    dtypes, xlas = common.dtypes_and_xlas(args)
     for xla in xlas:
-        for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
+        for dtype in dtypes:
             config = ft.finetune_config(work, args.size, args.batch, args.seq_len, dtype, xla)
             config.do_train = False
             model = finetuning_model.FinetuningModel(config, task_builder.get_tasks(config))
@@ -115,7 +104,7 @@ def main() -> None:
         ("latency_ms_p90", "p90 ms"), ("latency_ms_min", "min ms"),
         ("achieved_gflops_executed", "GFLOP/s (executed)"), ("first_call_s", "first call s"),
         ("load_before", "load")]))
-    print(f"\n# machine {json.dumps(machine)}; load at end {common.load_average():.2f}")
+    common.print_machine_end(machine)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,7 @@ def child(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=["small", "tiny", "base"], default="base")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq-len", type=int, default=512)
+    parser = common.arg_parser(__doc__, batch=8, size="base", seq_len=512)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--steps", type=int, default=2, help="timed steps after the first")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)

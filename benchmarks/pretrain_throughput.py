@@ -19,7 +19,6 @@ FLOPs conventions: benchmarks/common.py.
   python benchmarks/pretrain_throughput.py --size tiny --no-peer
   python benchmarks/pretrain_throughput.py --curve-only --curve-steps 60
 """
-import argparse
 import os
 import shutil
 import statistics
@@ -174,21 +173,8 @@ def run_curve(args, work: str) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=["small", "tiny", "base"], default="small")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--xla", choices=["off", "on", "both"], default="off")
-    parser.add_argument("--steps", type=int, default=12, help="timed steps per round")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (first one traces)")
-    parser.add_argument("--rounds", type=int, default=2, help="alternations ours / peer")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--no-peer", action="store_true")
-    parser.add_argument("--idle-load", type=float, default=1.5)
-    parser.add_argument("--max-wait", type=float, default=240.0,
-                        help="seconds to wait for the load to fall below --idle-load")
+    parser = common.arg_parser(__doc__, batch=16)
+    common.add_round_args(parser, steps=12, warmup=3)
     parser.add_argument("--curve-steps", type=int, default=0,
                         help="also train this many steps on real text: fp32 vs bf16 vs seed")
     parser.add_argument("--curve-only", action="store_true",
@@ -198,16 +184,11 @@ def main() -> None:
     args = parser.parse_args()
 
     common.set_threads(args.threads)
-    import json
     from util.hparams import parse_hparams_arg
     extra = parse_hparams_arg(args.hparams)
     machine = common.print_machine()
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    xlas = {"off": [False], "on": [True], "both": [False, True]}[args.xla]
-    peer_problem = None if args.no_peer else common.peer_available()
-    use_peer = not args.no_peer and peer_problem is None
-    if peer_problem:
-        print(f"# peer skipped: {peer_problem}")
+    dtypes, xlas = common.dtypes_and_xlas(args)
+    use_peer = common.use_peer(args.no_peer)
 
     work = tempfile.mkdtemp(prefix="pretrain_throughput_")
     if args.curve_only:
@@ -250,18 +231,8 @@ def main() -> None:
                       f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms "
                       f"(limit {limit:.0f} GFLOP/s)", flush=True)
             if use_peer and args.size != "base":
-                load = common.wait_for_idle(args.idle_load, args.max_wait, f"(round {r + 1}: peer)")
-                limit = common.matmul_limit("float32")
-                peer = common.run_peer("hf_pretrain_bench.py", [
-                    "--size", args.size, "--batch", args.batch, "--seq-len", args.seq_len,
-                    "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads])
-                peer["load_before"], peer["limit"] = load, limit
-                peer_rows.append(peer)
-                print(f"# round {r + 1} peer: median {peer['step_ms_median']:.0f} ms "
-                      f"({peer['sequences_per_sec']:.2f} seq/s)", flush=True)
+                peer_rows.append(common.peer_round("hf_pretrain_bench.py", args, r))
 
-        peer_sps = (statistics.median(p["sequences_per_sec"] for p in peer_rows)
-                    if peer_rows else None)
         for ours in configs:
             row = {"benchmark": "electra_pretrain_step", "impl": "ours-tf", "size": args.size,
                    "dtype": ours.hparams["compute_dtype"], "xla": ours.hparams["use_xla"],
@@ -275,35 +246,19 @@ def main() -> None:
             row["traces"] = loop_fn.experimental_get_tracing_count()
             row["load_before"] = ours.loads
             row["last_loss"] = round(ours.last_loss, 4)
-            if peer_sps:
-                row["peer_sequences_per_sec"] = peer_sps
-                row["ratio_vs_peer_fp32"] = round(row["sequences_per_sec"] / peer_sps, 3)
-                row["ratio_per_round"] = [
-                    round(args.batch / statistics.median(t) / p["sequences_per_sec"], 3)
-                    for (t, _), p in zip(ours.rounds, peer_rows)]
+            row.update(common.peer_comparison(row["sequences_per_sec"], args.batch, ours.rounds,
+                                              peer_rows))
             if extra:
                 row["hparams"] = extra
             rows.append(row)
             common.emit(row)
         for peer in peer_rows:
-            row = {"benchmark": "electra_pretrain_step", "impl": "peer-hf-pytorch",
-                   "size": args.size, "dtype": "float32", "xla": False, "batch": args.batch,
-                   "seq_len": args.seq_len, "masked_per_seq": peer["masked_per_seq"],
-                   "threads": peer["threads"], "steps_timed": peer["steps_timed"],
-                   "step_ms_median": peer["step_ms_median"],
-                   "sequences_per_sec": peer["sequences_per_sec"],
-                   "tokens_per_sec": peer["tokens_per_sec"],
-                   "train_flops_per_step": flops["appendix_e"],
-                   "achieved_gflops": round(flops["appendix_e"] * peer["sequences_per_sec"]
-                                            / args.batch / 1e9, 2),
-                   "executed_flops_per_step": peer["train_flops_per_step"],
-                   "achieved_gflops_executed": peer["achieved_gflops"],
-                   "paper_formula_flops_per_step": peer["paper_formula_train_flops_per_step"],
-                   "paper_formula_gflops": peer["paper_formula_gflops"],
-                   "limit_gflops": round(peer["limit"], 1),
-                   "fraction_of_limit": round(peer["achieved_gflops"] / peer["limit"], 3),
-                   "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"],
-                   "torch": peer.get("torch"), "transformers": peer.get("transformers")}
+            row = common.peer_row(
+                "electra_pretrain_step", args, peer, flops["appendix_e"],
+                shape_fields={"masked_per_seq": peer["masked_per_seq"]},
+                flops_fields={
+                    "paper_formula_flops_per_step": peer["paper_formula_train_flops_per_step"],
+                    "paper_formula_gflops": peer["paper_formula_gflops"]})
             if peer["train_flops_per_step"] != flops["executed"]:
                 row["flops_mismatch"] = f"ours counts {flops['executed']} executed FLOPs"
             rows.append(row)
@@ -339,7 +294,7 @@ def main() -> None:
               f"{pipeline_row['pipeline_over_step']}x the fastest step ({fastest.name})")
         if args.curve_steps:
             run_curve(args, work)
-        print(f"\n# machine {json.dumps(machine)}; load at end {common.load_average():.2f}")
+        common.print_machine_end(machine)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

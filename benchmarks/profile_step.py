@@ -9,7 +9,6 @@ to read; the wall time per step is printed too.
   python benchmarks/profile_step.py                              # Small b16 s128 float32
   python benchmarks/profile_step.py --dtype bfloat16 --top 25
 """
-import argparse
 import collections
 import glob
 import os
@@ -74,11 +73,7 @@ def summarise_trace(logdir: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=["small", "tiny", "base"], default="small")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--seq-len", type=int, default=128)
+    parser = common.arg_parser(__doc__, batch=16)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--steps", type=int, default=3)
