@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -200,6 +201,30 @@ def run_rows(args, models: list[tuple[str, str, dict]]) -> list[dict]:
     for label, name, overrides in models:
         rows.append(dict(evaluate_model(args.work_dir, name, overrides), label=label))
     return rows
+
+
+def run_experiment(doc: str, stem: str, title: str, label_column: str,
+                   models: Callable[[argparse.Namespace], list[tuple[str, str, dict]]],
+                   notes: str,
+                   run: Callable[[argparse.Namespace, list], list[dict]] = run_rows) -> str:
+    """The main of an experiment that compares labelled models on the standard cells.
+
+    doc: the script's docstring (its first line describes the command line). models(args):
+    (label, model name, overrides) in table order, after any preparation they need. run(args,
+    models): their rows in table order. notes: the table's notes, a str.format template that
+    may use {steps} (--steps), {half} (steps // 2) and {seconds} (wall time from the start).
+    Writes <out_dir>/<stem>.md and .json; returns the .md path.
+    """
+    args = parse_args(doc.splitlines()[0])
+    start = time.time()
+    rows = run(args, models(args))
+    for row in rows:
+        row["cells"] = {label_column: row["label"], **standard_cells(row)}
+    path = write_table(args.out_dir, stem, title, rows, list(rows[0]["cells"]),
+                       notes.format(steps=args.steps, half=args.steps // 2,
+                                    seconds=time.time() - start))
+    log(f"wrote {path}")
+    return path
 
 
 def standard_cells(row: dict) -> dict:

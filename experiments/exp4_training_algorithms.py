@@ -8,7 +8,6 @@ with a generator of the discriminator's size, and BERT; fine-tuned on SST-2 and 
 """
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -16,9 +15,8 @@ from experiments import common  # noqa: E402
 from pretrain import objectives  # noqa: E402
 
 
-def main() -> None:
-    args = common.parse_args(__doc__.splitlines()[0])
-    start = time.time()
+def models(args) -> list[tuple[str, str, dict]]:
+    """The four models; first pre-trains two-stage's stage 1 (masked LM) and its stage-2 init."""
     steps, half = args.steps, args.steps // 2
     _, ref = common.electra_reference(steps)
     data = common.ensure_data(args.work_dir)
@@ -31,28 +29,32 @@ def main() -> None:
         objectives.make_two_stage_init(os.path.join(data, "models", stage1_name), init)
     stage2 = dict(stage1, electra_objective=True, freeze_generator=True,
                   generator_hidden_size=1.0, init_checkpoint=init)
-    models = [("ELECTRA (joint, generator 1x)", f"gen100_{steps}",
-               dict(ref, generator_hidden_size=1.0)),
-              ("Adversarial ELECTRA (generator 1x)", f"adversarial_{steps}",
-               dict(ref, generator_hidden_size=1.0, adversarial_generator=True)),
-              (f"Two-stage ELECTRA ({half} MLM + {half} frozen-generator steps)",
-               f"twostage_{half}_{half}", stage2),
-              ("BERT", f"bert_{steps}", dict(ref, electra_objective=False))]
+    return [("ELECTRA (joint, generator 1x)", f"gen100_{steps}",
+             dict(ref, generator_hidden_size=1.0)),
+            ("Adversarial ELECTRA (generator 1x)", f"adversarial_{steps}",
+             dict(ref, generator_hidden_size=1.0, adversarial_generator=True)),
+            (f"Two-stage ELECTRA ({half} MLM + {half} frozen-generator steps)",
+             f"twostage_{half}_{half}", stage2),
+            ("BERT", f"bert_{steps}", dict(ref, electra_objective=False))]
+
+
+def run(args, models: list[tuple[str, str, dict]]) -> list[dict]:
     # Own models first; the shared ones (exp2's gen100, exp3's BERT) may be in training by
     # another experiment: wait for their results rather than train them twice.
     own = common.run_rows(args, models[1:3])
     for _, name, _ in (models[0], models[3]):
         common.wait_for_results(args.work_dir, name)
-    rows = [common.run_rows(args, models[:1])[0]] + own + [common.run_rows(args, models[3:])[0]]
-    for row in rows:
-        row["cells"] = {"training algorithm": row["label"], **common.standard_cells(row)}
-    notes = (f"{steps} pre-training steps in total for each (two-stage: {half} + {half}); "
-             f"batch 32, seq 64, tiny model. Wall time {time.time() - start:.0f} s (shared "
-             f"models reused).")
-    path = common.write_table(args.out_dir, "exp4_training_algorithms",
-                              "Experiment 4: training algorithms (Figure 3 right)", rows,
-                              list(rows[0]["cells"]), notes)
-    common.log(f"wrote {path}")
+    return [common.run_rows(args, models[:1])[0]] + own + [common.run_rows(args, models[3:])[0]]
+
+
+NOTES = ("{steps} pre-training steps in total for each (two-stage: {half} + {half}); batch 32, "
+         "seq 64, tiny model. Wall time {seconds:.0f} s (shared models reused).")
+
+
+def main() -> None:
+    common.run_experiment(__doc__, "exp4_training_algorithms",
+                          "Experiment 4: training algorithms (Figure 3 right)",
+                          "training algorithm", models, NOTES, run=run)
 
 
 if __name__ == "__main__":
