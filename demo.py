@@ -1,7 +1,7 @@
 """The README's first command: build data -> pre-train -> score a sentence -> fine-tune, on text every
 Python installation has (the standard library's documentation), in a few minutes on a laptop CPU.
 
-    python demo.py [--work-dir demo_run] [--pretrain-steps 600] [--quick]
+    python demo.py [--work-dir demo_run] [--pretrain-steps 1000] [--finetune-epochs 3] [--vocab-size 4000]
 
 Steps:
 1. Corpus: the docstrings of the standard library modules and the language reference topics that
