@@ -258,8 +258,7 @@ class BertModel(tf.Module):
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
         embedding_output = x
-        # Additive mask: 0 where attention is allowed, -10000 at padding (as BERT), float32.
-        attention_bias = (1.0 - tf.cast(input_mask, tf.float32))[:, tf.newaxis, tf.newaxis, :] * -10000.0
+        attention_bias = self.attention_bias(input_mask, seq_len)
         x = tf.reshape(x, [batch_size * seq_len, self.config.hidden_size])
         outputs = []
         for layer in self.layers:
@@ -279,3 +278,9 @@ class BertModel(tf.Module):
             outputs.append(tf.reshape(x, [batch_size, seq_len, self.config.hidden_size]))
         sequence_output = outputs[-1]
         return EncoderOutput(sequence_output, sequence_output[:, 0], outputs, embedding_output)
+
+    def attention_bias(self, input_mask, seq_len) -> tf.Tensor:
+        """Additive mask, float32 [B, 1, 1 or L, L]: 0 where attention is allowed, -10000 at
+        padding (as BERT). Subclasses restrict it further (e.g. to one direction)."""
+        del seq_len  # every position may attend to every real token
+        return (1.0 - tf.cast(input_mask, tf.float32))[:, tf.newaxis, tf.newaxis, :] * -10000.0

@@ -13,7 +13,7 @@ official release's Electric objective, as small functions the PretrainingModel c
 import numpy as np
 import tensorflow as tf
 
-from model import layers, modeling
+from model import modeling
 from pretrain import masking
 
 # Logit of tokens the unigram generator never samples (special tokens): finite, so losses stay
@@ -142,26 +142,11 @@ class DirectionalBertModel(modeling.BertModel):
         super().__init__(config, scope, **kwargs)
         self.direction = direction
 
-    def __call__(self, input_ids, input_mask, token_type_ids, *, training: bool, seed=None,
-                 inputs_embeds=None) -> modeling.EncoderOutput:
-        seeds = layers.SeedStream(seed) if training else None
-        batch_size, seq_len = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
-        x = self.embeddings(input_ids, token_type_ids, training=training, seeds=seeds,
-                            dtype=self.dtype, inputs_embeds=inputs_embeds)
-        if self.embeddings_project is not None:
-            x = self.embeddings_project(x)
-        embedding_output = x
+    def attention_bias(self, input_mask, seq_len) -> tf.Tensor:
         lower = tf.linalg.band_part(tf.ones([seq_len, seq_len]), -1, 0)  # j <= i
         allowed = lower if self.direction == "ltr" else tf.transpose(lower)
         padding = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
-        attention_bias = (1.0 - allowed[tf.newaxis, tf.newaxis] * padding) * -10000.0
-        x = tf.reshape(x, [batch_size * seq_len, self.config.hidden_size])
-        outputs = []
-        for layer in self.layers:
-            x = layer(x, attention_bias, batch_size=batch_size, seq_len=seq_len,
-                      training=training, seeds=seeds)
-            outputs.append(tf.reshape(x, [batch_size, seq_len, self.config.hidden_size]))
-        return modeling.EncoderOutput(outputs[-1], outputs[-1][:, 0], outputs, embedding_output)
+        return (1.0 - allowed[tf.newaxis, tf.newaxis] * padding) * -10000.0
 
 
 class TwoTowerGenerator(tf.Module):
