@@ -88,3 +88,14 @@ class TaskHead(tf.Module, abc.ABC):
           outputs: dict name -> tensor [B, ...]; the evaluation loop hands each row's values to
             the task's scorer and test-output writer. Include "loss" and "eid".
         """
+
+
+class LinearTaskHead(TaskHead):
+    """A TaskHead whose prediction layer is one dense layer `<scope>/dense`: hidden -> num_labels."""
+
+    def __init__(self, task_name: str, bert_config: modeling.BertConfig, num_labels: int,
+                 seed: int = 0):
+        super().__init__(task_name, bert_config, seed)
+        self.num_labels = num_labels
+        self.dense = HeadDense(bert_config.hidden_size, num_labels, f"{self.scope}/dense",
+                               seed=seed)

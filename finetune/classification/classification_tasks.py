@@ -49,15 +49,8 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_length: int) -> None:
 # -- heads --------------------------------------------------------------------------------------
 
 
-class ClassificationHead(heads.TaskHead):
+class ClassificationHead(heads.LinearTaskHead):
     """Dropout + dense on the [CLS] vector -> logits [B, num_labels]; softmax cross-entropy."""
-
-    def __init__(self, task_name: str, bert_config: modeling.BertConfig, num_labels: int,
-                 seed: int = 0):
-        super().__init__(task_name, bert_config, seed)
-        self.num_labels = num_labels
-        self.dense = heads.HeadDense(bert_config.hidden_size, num_labels, f"{self.scope}/dense",
-                                     seed=seed)
 
     def __call__(self, encoder_output, features, *, training, seeds, percent_done):
         reprs = tf.cast(encoder_output.pooled_output, tf.float32)  # [B, H]
@@ -73,12 +66,11 @@ class ClassificationHead(heads.TaskHead):
         return losses, outputs
 
 
-class RegressionHead(heads.TaskHead):
+class RegressionHead(heads.LinearTaskHead):
     """Dropout + dense on the [CLS] vector -> a score [B]; squared error."""
 
     def __init__(self, task_name: str, bert_config: modeling.BertConfig, seed: int = 0):
-        super().__init__(task_name, bert_config, seed)
-        self.dense = heads.HeadDense(bert_config.hidden_size, 1, f"{self.scope}/dense", seed=seed)
+        super().__init__(task_name, bert_config, 1, seed)
 
     def __call__(self, encoder_output, features, *, training, seeds, percent_done):
         reprs = tf.cast(encoder_output.pooled_output, tf.float32)

@@ -160,15 +160,8 @@ def plan_windows(piece_counts: Sequence[int], budget: int) -> list[Window]:
 # -- head -----------------------------------------------------------------------------------------
 
 
-class TokenClassificationHead(heads.TaskHead):
+class TokenClassificationHead(heads.LinearTaskHead):
     """Dense layer on each word's first piece -> logits [B, S, C]; loss summed over words."""
-
-    def __init__(self, task_name: str, bert_config: modeling.BertConfig, num_labels: int,
-                 seed: int = 0):
-        super().__init__(task_name, bert_config, seed)
-        self.num_labels = num_labels
-        self.dense = heads.HeadDense(bert_config.hidden_size, num_labels, f"{self.scope}/dense",
-                                     seed=seed)
 
     def __call__(self, encoder_output, features, *, training, seeds, percent_done):
         name = self.task_name
