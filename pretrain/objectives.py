@@ -155,14 +155,16 @@ class TwoTowerGenerator(tf.Module):
     token t itself. sequence_output: [B, L, 2H]."""
 
     def __init__(self, config: modeling.BertConfig, embeddings: modeling.Embeddings | None,
-                 compute_dtype: str, seed: int):
+                 compute_dtype: str, seed: int, recompute_grad: bool = False):
         super().__init__(name="two_tower_generator")
         self.ltr = DirectionalBertModel(config, "generator_ltr", "ltr", embeddings=embeddings,
-                                        compute_dtype=compute_dtype, seed=seed)
+                                        compute_dtype=compute_dtype, seed=seed,
+                                        recompute_grad=recompute_grad)
         # Untied embeddings: the right-to-left tower shares the left-to-right tower's table.
         self.rtl = DirectionalBertModel(config, "generator_rtl", "rtl",
                                         embeddings=self.ltr.embeddings,
-                                        compute_dtype=compute_dtype, seed=seed)
+                                        compute_dtype=compute_dtype, seed=seed,
+                                        recompute_grad=recompute_grad)
         self.embeddings = self.ltr.embeddings
         self.output_size = 2 * config.hidden_size
 

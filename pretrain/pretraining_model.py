@@ -182,8 +182,9 @@ class PretrainingModel(tf.Module):
                 # created non-trainable, so the optimizer (incl. weight decay) never moves them.
                 with _trainable_scope(not config.freeze_generator):
                     if config.two_tower_generator:
-                        self.two_tower = objectives.TwoTowerGenerator(gen_config, shared, dtype,
-                                                                      self.seed)
+                        self.two_tower = objectives.TwoTowerGenerator(
+                            gen_config, shared, dtype, self.seed,
+                            recompute_grad=config.recompute_grad)
                         self.generator_encoder = self.two_tower
                     else:
                         self.generator_encoder = modeling.BertModel(

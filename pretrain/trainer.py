@@ -326,7 +326,7 @@ class Trainer:
             "global_norm": named["global_norm"] / n,
             "masked_lm_accuracy": named["mlm_correct"] / max(named["mlm_weight"], 1e-9),
         }
-        if self.config.electra_objective:
+        if self.model.has_discriminator:  # ELECTRA or Electric
             metrics["disc_loss"] = named["disc_loss"] / n
             metrics["disc_accuracy"] = named["disc_correct"] / max(named["disc_weight"], 1e-9)
         metrics = {k: float(v) for k, v in metrics.items()}

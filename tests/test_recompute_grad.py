@@ -85,3 +85,22 @@ def test_accumulation_with_recompute_matches_the_plain_full_batch_step(data_dir)
     assert both["global_norm"] == pytest.approx(full["global_norm"], rel=1e-4)
     for name, value in full_weights.items():
         np.testing.assert_allclose(both_weights[name], value, atol=1e-5, err_msg=name)
+
+
+def test_electric_trains_with_recompute_and_reports_discriminator_metrics(data_dir):
+    # Electric's directional towers share BertModel's forward pass, so recompute_grad reaches
+    # them too; the loop reports the noise-contrastive discriminator's loss and accuracy.
+    overrides = dict(electric_objective=True, two_tower_generator=True, electra_objective=False,
+                     model_hparam_overrides=fx.tiny_hparams()["model_hparam_overrides"]
+                     | dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    plain, plain_weights = _two_steps(data_dir, **overrides)
+    recomputed, recomputed_weights = _two_steps(data_dir, recompute_grad=True, **overrides)
+    trainer = Trainer(PretrainingConfig.from_hparams(
+        "m", str(data_dir), fx.tiny_hparams(recompute_grad=True, **overrides)), SPECIAL)
+    assert trainer.model.two_tower.ltr.recompute_grad and trainer.model.two_tower.rtl.recompute_grad
+    assert {"disc_loss", "disc_accuracy"} <= set(plain)
+    assert np.isfinite(plain["disc_loss"]) and 0.0 < plain["disc_accuracy"] <= 1.0
+    assert recomputed["loss"] == pytest.approx(plain["loss"], rel=1e-5)
+    assert any(name.startswith("generator_ltr/") for name in plain_weights)
+    for name, value in plain_weights.items():
+        np.testing.assert_allclose(recomputed_weights[name], value, atol=1e-5, err_msg=name)
