@@ -34,3 +34,23 @@ def test_bad_json_names_file_line_and_column(tmp_path):
     path.write_text('{\n  "a": 1,\n  "b": oops\n}')
     with pytest.raises(ValueError, match=r"h.json:3:8: invalid JSON"):
         io_utils.read_json(str(path))
+
+
+def test_next_write_removes_what_a_killed_writer_left_and_spares_live_writers(tmp_path):
+    import subprocess
+    import sys
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(dead.stdout)  # that process has exited
+    path = tmp_path / "results.json"
+    killed = tmp_path / f".results.json.{dead_pid}.abc123_x.tmp"
+    live = tmp_path / f".results.json.{os.getppid()}.def456_y.tmp"  # a writer still running
+    other = tmp_path / f".other.json.{dead_pid}.abc123_x.tmp"  # another file's temporary
+    for p in (killed, live, other):
+        p.write_text("{partial")
+    io_utils.write_json(str(path), {"a": 1})
+    assert io_utils.read_json(str(path)) == {"a": 1}
+    assert not killed.exists()
+    assert live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [path.name, live.name, other.name])

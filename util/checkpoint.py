@@ -236,7 +236,7 @@ class CheckpointManager:
         for path in glob.glob(os.path.join(glob.escape(self.directory),
                                            f".tmp-*-{glob.escape(self.basename)}-*")):
             match = re.match(r"\.tmp-(\d+)-", os.path.basename(path))
-            if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
+            if match and int(match.group(1)) != os.getpid() and not io_utils.pid_alive(int(match.group(1))):
                 with contextlib.suppress(OSError):
                     os.remove(path)
         # Temporaries of the state file (io_utils.atomic_open) of a process killed mid-write;
@@ -256,16 +256,6 @@ class CheckpointManager:
         if not os.path.isdir(self.directory):
             return None
         return latest_valid(self.directory, strict=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable]:

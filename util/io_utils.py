@@ -3,18 +3,48 @@
 A crash mid-write leaves the previous file (or nothing) in place, never a torn file.
 """
 import contextlib
+import glob
 import json
 import os
+import re
 import tempfile
 from typing import Any, Iterator
 
 
+def pid_alive(pid: int) -> bool:
+    """True if a process with this id exists (it may be a newer one reusing the id)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_dead_writers_temporaries(directory: str, name: str) -> None:
+    """Deletes `.<name>.<pid>.*.tmp` files whose writer process no longer exists: what a process
+    killed in the middle of writing `name` left behind. Live writers' files are left alone."""
+    pattern = re.compile(re.escape(f".{name}.") + r"(\d+)\.[^.]*\.tmp$")
+    for path in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*.tmp")):
+        match = pattern.match(os.path.basename(path))
+        if match and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
-    """Opens a temporary file next to `path`; renames it over `path` only if the block succeeds."""
+    """Opens a temporary file next to `path`; renames it over `path` only if the block succeeds.
+
+    The temporary's name carries the writer's pid, so the next write of the same file can clean
+    up after a writer that was killed mid-write.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    name = os.path.basename(path)
+    _remove_dead_writers_temporaries(directory, name)
+    fd, tmp_path = tempfile.mkstemp(prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=directory)
     # mkstemp creates 0600 files; give the result the usual mode (0666 minus the umask) so shared
     # model directories stay readable by their group.
     umask = os.umask(0)

@@ -183,16 +183,6 @@ class RunLockError(RuntimeError):
     """Another live run owns the model dir."""
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def _process_start_time(pid: int) -> float | None:
     """When process `pid` started (seconds since the epoch), from /proc; None if unknown."""
     try:
@@ -240,7 +230,7 @@ class RunLock:
                 # Not held by us, so an earlier process with our pid wrote it: a restarted
                 # container's process often gets the same pid as the one that died.
                 return f"pid {pid} on {host} was an earlier process (this one has not locked)"
-            if not _pid_alive(pid):
+            if not io_utils.pid_alive(pid):
                 return f"pid {pid} on {host} is no longer running"
             started, owner_start = _process_start_time(pid), owner.get("started")
             if started is not None and isinstance(owner_start, (int, float)) and \
