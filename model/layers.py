@@ -129,7 +129,7 @@ def layer_norm(x: tf.Tensor, gamma, beta, epsilon: float) -> tf.Tensor:
 
     The backward pass is written out: automatic differentiation of the moments emits about twice
     as many elementwise ops, and a pre-training step spends a quarter of its time in such ops
-    (a float32 step of ELECTRA-Small measured about 5% faster with this; BENCHMARKS.md).
+    (a float32 step of ELECTRA-Small measured 7-8% faster with this; BENCHMARKS.md).
     """
     @tf.custom_gradient
     def forward(x, gamma, beta):

@@ -186,13 +186,14 @@ class Trainer:
                denominators: Denominators, loss_scale):
         """Gradients (float32, unscaled) and the local metric sums of one replica batch."""
         k = self.config.gradient_accumulation_steps
+        size = self.per_replica_batch // k  # examples per micro-batch
         base_seed = tf.random.experimental.stateless_fold_in(
             tf.stack([tf.constant(self.seed, tf.int64), step]), replica, alg="philox")
         rng = rng_lib.ExampleRng(self.seed, step, example_offset)
 
         def micro(inputs, index):
             seed = tf.random.experimental.stateless_fold_in(base_seed, index, alg="philox")
-            micro_rng = rng.shifted(index * (self.per_replica_batch // k))
+            micro_rng = rng.shifted(index * size)
             with tf.GradientTape() as tape:
                 out = self.model(inputs, training=True, rng=micro_rng, dropout_seed=seed,
                                  denominators=denominators)
@@ -206,7 +207,6 @@ class Trainer:
 
         if k == 1:
             return micro(masked, 0)
-        size = self.per_replica_batch // k
         split = tf.nest.map_structure(
             lambda t: tf.reshape(t, tf.concat([[k, size], tf.shape(t)[1:]], 0)), masked)
 
