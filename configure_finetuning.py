@@ -70,7 +70,7 @@ class FinetuningConfig(HParams):
     train_batch_size: int = hp(32, "global training batch size")
     eval_batch_size: int = hp(32, "evaluation batch size")
     predict_batch_size: int = hp(32, "prediction batch size")
-    double_unordered: bool = hp(True, "train order-free pair tasks (mrpc, qqp, sts) on both orders")
+    double_unordered: bool = hp(True, "train mrpc and sts on both sentence orders (as the official release)")
 
     # question answering
     max_query_length: int = hp(64, "max question tokens")

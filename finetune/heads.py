@@ -6,11 +6,9 @@ around each task's prediction module). The layer-wise learning-rate map and chec
 that prefix.
 
 The official heads call `tf.layers.dense` without an initializer, i.e. Glorot-uniform kernels
-and zero biases; `HeadDense` reproduces that (the encoder's Dense uses truncated normal 0.02).
+and zero biases; `head_dense` reproduces that (the encoder's Dense uses truncated normal 0.02).
 """
 import abc
-import math
-import zlib
 from typing import Any
 
 import tensorflow as tf
@@ -26,33 +24,11 @@ def head_scope(task_name: str) -> str:
     return f"{HEAD_SCOPE}/{task_name}"
 
 
-def glorot_uniform_variable(name: str, shape: list[int], seed: int = 0) -> tf.Variable:
-    """A float32 variable with TF1's default `glorot_uniform` init, deterministic in (seed, name)."""
-    fan_in, fan_out = (shape[0], shape[-1]) if len(shape) > 1 else (shape[0], shape[0])
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    name_seed = zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
-    value = tf.random.stateless_uniform(shape, seed=[seed, name_seed], minval=-limit, maxval=limit,
-                                        dtype=tf.float32)
-    # Same aggregation as model/layers.create_variable: assignable in replica context.
-    return tf.Variable(value, name=name, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-
-
-class HeadDense(tf.Module):
-    """y = activation(x @ kernel + bias), kernel [in, out] named `<name>/kernel`, `<name>/bias`."""
-
-    def __init__(self, in_dim: int, out_dim: int, name: str, activation: str | None = None,
-                 seed: int = 0):
-        super().__init__(name=name.replace("/", "_"))
-        self.kernel = glorot_uniform_variable(f"{name}/kernel", [in_dim, out_dim], seed)
-        self.bias = layers.create_variable(f"{name}/bias", [out_dim], "zeros")
-        self.activation = layers.get_activation(activation)
-
-    def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        """x: float32 [..., in] -> [..., out]."""
-        kernel = tf.cast(self.kernel, x.dtype)
-        y = tf.matmul(x, kernel) if x.shape.rank == 2 else tf.tensordot(x, kernel, axes=1)
-        y = tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))
-        return self.activation(y) if self.activation is not None else y
+def head_dense(in_dim: int, out_dim: int, name: str, activation: str | None = None,
+               seed: int = 0) -> layers.Dense:
+    """A head's dense layer, `<name>/kernel` (Glorot-uniform, as TF1's `tf.layers.dense`) and
+    `<name>/bias` (zeros)."""
+    return layers.Dense(in_dim, out_dim, name, activation, seed=seed, init="glorot_uniform")
 
 
 class TaskHead(tf.Module, abc.ABC):
@@ -97,5 +73,5 @@ class LinearTaskHead(TaskHead):
                  seed: int = 0):
         super().__init__(task_name, bert_config, seed)
         self.num_labels = num_labels
-        self.dense = HeadDense(bert_config.hidden_size, num_labels, f"{self.scope}/dense",
+        self.dense = head_dense(bert_config.hidden_size, num_labels, f"{self.scope}/dense",
                                seed=seed)

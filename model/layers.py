@@ -17,15 +17,22 @@ RNG_ALG = "philox"
 
 def create_variable(name: str, shape, init: str = "normal", stddev: float = 0.02,
                     seed: int = 0, trainable: bool = True) -> tf.Variable:
-    """A float32 variable named `name`; `init` is "normal" (truncated), "zeros" or "ones".
+    """A float32 variable named `name`; `init` is "normal" (truncated, `stddev`),
+    "glorot_uniform" (TF1's default for `tf.layers.dense` without an initializer), "zeros" or
+    "ones".
 
     Initial values are a deterministic function of (seed, name), so two processes (e.g. the
     workers of a multi-worker run) build identical models without broadcasting.
     """
+    name_seed = zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
     if init == "normal":
-        name_seed = zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
         value = tf.random.stateless_truncated_normal(
             shape, seed=[seed, name_seed], stddev=stddev, dtype=tf.float32)
+    elif init == "glorot_uniform":
+        fan_in, fan_out = (shape[0], shape[-1]) if len(shape) > 1 else (shape[0], shape[0])
+        limit = math.sqrt(6.0 / (fan_in + fan_out))
+        value = tf.random.stateless_uniform(shape, seed=[seed, name_seed], minval=-limit,
+                                            maxval=limit, dtype=tf.float32)
     elif init == "zeros":
         value = tf.zeros(shape, tf.float32)
     elif init == "ones":
@@ -90,12 +97,16 @@ def get_activation(name: str | None):
 
 
 class Dense(tf.Module):
-    """y = activation(x @ kernel + bias); kernel [in, out] as in the official checkpoints."""
+    """y = activation(x @ kernel + bias); kernel [in, out] as in the official checkpoints.
+
+    `init` is "normal" (truncated, `stddev`: the official `create_initializer`) or
+    "glorot_uniform" (where the official code calls `tf.layers.dense` without an initializer).
+    """
 
     def __init__(self, in_dim: int, out_dim: int, name: str, activation: str | None = None,
-                 stddev: float = 0.02, seed: int = 0):
+                 stddev: float = 0.02, seed: int = 0, init: str = "normal"):
         super().__init__(name=name.replace("/", "_"))
-        self.kernel = create_variable(f"{name}/kernel", [in_dim, out_dim], "normal", stddev, seed)
+        self.kernel = create_variable(f"{name}/kernel", [in_dim, out_dim], init, stddev, seed)
         self.bias = create_variable(f"{name}/bias", [out_dim], "zeros")
         self.activation = get_activation(activation)
 

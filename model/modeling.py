@@ -242,9 +242,10 @@ class BertModel(tf.Module):
         embedding_size = self.embeddings.config.embedding_size
         self.embeddings_project = None
         if embedding_size != config.hidden_size:
+            # Official: tf.layers.dense without an initializer, i.e. Glorot-uniform.
             self.embeddings_project = layers.Dense(
-                embedding_size, config.hidden_size, f"{scope}/embeddings_project",
-                stddev=config.initializer_range, seed=seed)
+                embedding_size, config.hidden_size, f"{scope}/embeddings_project", seed=seed,
+                init="glorot_uniform")
         self.layers = [TransformerLayer(config, f"{scope}/encoder/layer_{i}", seed)
                        for i in range(config.num_hidden_layers)]
 

@@ -111,8 +111,9 @@ class DiscriminatorHead(tf.Module):
         h = config.hidden_size
         self.dense = layers.Dense(h, h, "discriminator_predictions/dense", config.hidden_act,
                                   config.initializer_range, seed)
-        self.dense_1 = layers.Dense(h, 1, "discriminator_predictions/dense_1", None,
-                                    config.initializer_range, seed)
+        # Official: tf.layers.dense(hidden, units=1) without an initializer (Glorot-uniform).
+        self.dense_1 = layers.Dense(h, 1, "discriminator_predictions/dense_1", seed=seed,
+                                    init="glorot_uniform")
 
     def __call__(self, sequence_output: tf.Tensor) -> tf.Tensor:
         """[B, L, H] -> float32 logits [B, L]."""

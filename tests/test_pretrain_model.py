@@ -170,3 +170,43 @@ def test_low_precision_compute_gives_close_losses_with_float32_weights(dtype):
     assert out.total_loss.dtype == tf.float32
     np.testing.assert_allclose(out.mlm_loss.numpy(), reference.mlm_loss.numpy(), rtol=0.05)
     np.testing.assert_allclose(out.disc_loss.numpy(), reference.disc_loss.numpy(), rtol=0.05)
+
+
+def test_initializers_follow_the_official_code():
+    # Official: embeddings_project and discriminator_predictions/dense_1 are tf.layers.dense without
+    # an initializer (Glorot-uniform); every other kernel is truncated normal, stddev 0.02.
+    model = make_model(generator_hidden_size=0.25, embedding_size=32,
+                       model_hparam_overrides=dict(hidden_size=128, num_hidden_layers=1,
+                                                   num_attention_heads=2, intermediate_size=128,
+                                                   max_position_embeddings=32))
+    variables = model.model_variables()
+    project = variables["electra/embeddings_project/kernel"].numpy()  # [32, 128]
+    limit = np.sqrt(6.0 / (32 + 128))
+    assert project.std() == pytest.approx(limit / np.sqrt(3.0), rel=0.05)
+    assert np.abs(project).max() <= limit and np.abs(project).max() > 0.95 * limit
+    dense_1 = variables["discriminator_predictions/dense_1/kernel"].numpy()  # [128, 1]
+    limit_1 = np.sqrt(6.0 / (128 + 1))
+    assert dense_1.std() == pytest.approx(limit_1 / np.sqrt(3.0), rel=0.15)
+    assert np.abs(dense_1).max() <= limit_1
+    # The generator (hidden 32 = embedding 32) has no projection; the encoder keeps 0.02 normal
+    # (truncated at 2 stddev, so the std is about 0.88 x 0.02).
+    query = variables["electra/encoder/layer_0/attention/self/query/kernel"].numpy()
+    assert query.std() == pytest.approx(0.02 * 0.88, rel=0.05) and np.abs(query).max() <= 0.04
+    disc_dense = variables["discriminator_predictions/dense/kernel"].numpy()
+    assert disc_dense.std() == pytest.approx(0.02 * 0.88, rel=0.05)
+    # Seeded as everything else: the same seed rebuilds the same values.
+    np.testing.assert_array_equal(make_model(generator_hidden_size=0.25, embedding_size=32,
+                                             model_hparam_overrides=dict(
+                                                 hidden_size=128, num_hidden_layers=1,
+                                                 num_attention_heads=2, intermediate_size=128,
+                                                 max_position_embeddings=32))
+                                  .model_variables()["electra/embeddings_project/kernel"].numpy(),
+                                  project)
+
+
+def test_generator_projection_is_glorot_uniform_too():
+    # Generator hidden 16 > embedding 8: it has its own embeddings_project.
+    model = make_model(embedding_size=8)
+    kernel = model.model_variables()["generator/embeddings_project/kernel"].numpy()  # [8, 16]
+    limit = np.sqrt(6.0 / (8 + 16))
+    assert np.abs(kernel).max() <= limit and kernel.std() > 0.2  # 0.02-normal would be ~0.018

@@ -94,7 +94,8 @@ class SingleOutputTask(task_lib.Task):
     test_layout: glue_data.Layout
     # Name of the file in a GLUE submission, e.g. "SST-2" -> SST-2.tsv.
     glue_name: str = ""
-    # Train on both sentence orders (mrpc, qqp, sts) when config.double_unordered.
+    # Train on both sentence orders when config.double_unordered: the official release does it
+    # for MRPC and STS-B only (QQP, also order-free, is trained as given).
     unordered_pair = False
 
     def __init__(self, config: configure_finetuning.FinetuningConfig, name: str, tokenizer):
@@ -349,7 +350,6 @@ class QQP(ClassificationTask):
     """Quora Question Pairs (id, qid1, qid2, question1, question2, is_duplicate)."""
     alt_dir_names = ("QQP",)
     glue_name = "QQP"
-    unordered_pair = True
     train_layout = L(header=True, text_a=3, text_b=4, label=5)
     test_layout = L(header=True, text_a=1, text_b=2, index=0)
 

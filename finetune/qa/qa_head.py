@@ -59,7 +59,7 @@ class QAHead(heads.TaskHead):
 
         def dense(in_dim, out_dim, name=None, activation=None):
             name = name or next(numbered)
-            return heads.HeadDense(in_dim, out_dim, f"{self.scope}/{name}", activation, seed)
+            return heads.head_dense(in_dim, out_dim, f"{self.scope}/{name}", activation, seed)
 
         self.start_dense = dense(h, 1)
         if joint_prediction:
