@@ -8,7 +8,7 @@ import dataclasses
 import os
 from typing import Any
 
-from model import modeling
+from model import modeling, probing
 from util.hparams import HParams, hp
 
 # Table 6 of the paper, for the keys the official config leaves to the user.
@@ -58,6 +58,8 @@ class PretrainingConfig(HParams):
     num_eval_steps: int = hp(100, "batches evaluated by do_eval")
     eval_every_steps: int = hp(0, "evaluate on held-out data every this many steps during training (0: never)")
     keep_checkpoint_max: int = hp(5, "checkpoints kept in the model dir")
+    probe_tasks: dict = hp({}, "frozen-feature probes run at every eval, task -> data: {\"pos\": CoNLL-2000 file, \"chunk\": CoNLL-2000 file, \"sst\": SST-2 dir}; accuracies reported as probe/<task>/<last|mean> (tools/probe.py)")
+    probe_train_size: int = hp(2000, "probe_tasks: sentences (pos, chunk) or rows (sst) that train each probe; the last 1000 CoNLL sentences or the SST-2 dev file score it")
     seed: int = hp(0, "seed for initialisation, masking, sampling, dropout and data order")
     init_checkpoint: str | None = hp(None, "start from this checkpoint (ours or the official release's) with fresh optimizer state")
     init_checkpoint_keep_step: bool = hp(False, "with init_checkpoint: continue its global_step (and LR schedule) instead of starting from step 0")
@@ -155,10 +157,23 @@ class PretrainingConfig(HParams):
             (self.max_predictions_per_seq >= 1, "max_predictions_per_seq", "must be >= 1"),
             (self.shuffle_buffer_size >= 1, "shuffle_buffer_size", "must be >= 1"),
             (self.input_cycle_length >= 1, "input_cycle_length", "must be >= 1"),
+            (self.probe_train_size >= 1, "probe_train_size", "must be >= 1"),
         ]
+        checks += self._probe_checks()
         checks += self._objective_checks()
         self._enforce(checks)
         modeling.check_max_seq_length(self.max_seq_length, self.bert_config())
+
+    def _probe_checks(self) -> list:
+        checks = []
+        for task, path in self.probe_tasks.items():
+            checks.append((task in probing.PROBE_TASKS, "probe_tasks",
+                           f"entry {task!r} is not a probe (expected {list(probing.PROBE_TASKS)})"))
+            expected = os.path.isdir if task == "sst" else os.path.isfile
+            kind = "SST-2 directory" if task == "sst" else "CoNLL-2000 file"
+            checks.append((isinstance(path, str) and expected(path), "probe_tasks",
+                           f"entry {task!r} must name an existing {kind}, not {path!r}"))
+        return checks
 
     def _objective_checks(self) -> list:
         """Combinations of the objective hparams that make sense (key named on failure)."""

@@ -13,6 +13,7 @@ optimizer slots, step and data position), whatever moment the previous run was k
 import argparse
 import dataclasses
 import filecmp
+import functools
 import json
 import logging
 import math
@@ -24,7 +25,7 @@ import time
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
-from model import tokenization
+from model import probing, tokenization
 from pretrain import input_pipeline
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
@@ -171,10 +172,31 @@ def _has_eval(config: PretrainingConfig, step: int) -> bool:
     return any(h.get("global_step") == step for h in io_utils.read_json(history_path))
 
 
+@functools.lru_cache(maxsize=1)
+def _probe_tasks(probe_tasks: tuple, train_size: int) -> list:
+    """The probe_tasks' data, read once per process (probing.ProbeDataError names file and line)."""
+    return [probing.load_task(name, path, train_size) for name, path in probe_tasks]
+
+
+def probe_metrics(config: PretrainingConfig, trainer: Trainer) -> dict:
+    """{"probe/<task>/<feature>": accuracy} of linear probes on the discriminator's frozen
+    features (model/probing.py); empty without probe_tasks."""
+    if not config.probe_tasks:
+        return {}
+    tasks = _probe_tasks(tuple(sorted(config.probe_tasks.items())), config.probe_train_size)
+    tokenizer = tokenization.build_tokenizer(vocab_file=config.vocab_file,
+                                             do_lower_case=config.do_lower_case)
+    extractor = probing.FeatureExtractor(trainer.model.discriminator_encoder, tokenizer,
+                                         config.max_seq_length)
+    return {f"probe/{key}": value for key, value in probing.run_probes(extractor, tasks).items()}
+
+
 def run_eval(config: PretrainingConfig, trainer: Trainer, files: list[str], chief: bool,
              writer: tu.SummaryWriter | None = None) -> dict:
     start = time.time()
     metrics = trainer.evaluate(files, config.num_eval_steps)
+    if chief:  # probes read no distributed data: the chief alone runs them
+        metrics.update(probe_metrics(config, trainer))
     step = trainer.global_step
     if chief:
         _write_eval(config, metrics, step)
@@ -284,6 +306,8 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
     check_data_matches(config, files)
     if config.do_eval or (config.do_train and config.eval_every_steps > 0):
+        if config.probe_tasks:  # read the probe data now: a bad file stops the run before training
+            _probe_tasks(tuple(sorted(config.probe_tasks.items())), config.probe_train_size)
         try:
             available = input_pipeline.count_records(files.eval)
         except tf.errors.DataLossError as e:

@@ -1,0 +1,132 @@
+"""Frozen-feature probes of a model's encoder, beside a randomly initialised encoder of the same shape.
+
+    python tools/probe.py --model-dir DATA/models/NAME
+    python tools/probe.py --model-dir DATA/models/NAME --tasks pos chunk --train-size 1000
+    python tools/probe.py --model-dir DATA/models/NAME --json probes.json --no-random
+
+Linear softmax probes (model/probing.py) on frozen features: POS and chunk tags per word of a
+CoNLL-2000 file (--conll, columns word POS chunk; the first --train-size sentences train, the last
+--test-size score), and SST-2 sentiment per sentence (--sst, a directory with train.tsv and
+dev.tsv; the first --train-size rows train, dev scores). Each on the last layer and on the mean of
+all layers. The data defaults to ../shared/data when it is there.
+
+The model dir is a pre-training dir (run_pretraining.py, a Hugging Face import) or a fine-tuning
+trial; its `electra/` encoder is probed with its own vocabulary and casing. Exit 2 on bad input.
+"""
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(REPO, "..", "shared", "data")
+DEFAULT_CONLL = os.path.join(SHARED, "chunk", "train.txt")
+DEFAULT_SST = os.path.join(SHARED, "glue", "SST-2")
+
+log = logging.getLogger("probe")
+
+
+def build_encoder(md, seed: int, restore: bool):
+    """The `electra/` encoder of model dir `md`, restored or freshly initialised with `seed`."""
+    from model import modeling
+    from util import checkpoint
+
+    encoder = modeling.BertModel(md.bert_config, "electra", seed=seed)
+    if restore:
+        checkpoint.restore(checkpoint.by_name(encoder.variables), md.checkpoint)
+    return encoder
+
+
+def probe_model_dir(model_dir: str, tasks: dict, *, random_baseline: bool = True,
+                    random_seed: int = 0, max_seq_length: int = 128, updates: int = 1000) -> dict:
+    """{"pretrained": {probe: accuracy}, "random": {...}} for the model in `model_dir`.
+
+    tasks: model.probing.ProbeTask list (probing.load_task).
+    """
+    from model import model_dir as model_dir_lib
+    from model import probing, tokenization
+
+    md = model_dir_lib.read_model_dir(model_dir)
+    if md.vocab_file is None:
+        raise ValueError(f"no vocabulary (vocab.txt or spm.model) found for {model_dir}")
+    tokenizer = tokenization.build_tokenizer(vocab_file=md.vocab_file,
+                                             do_lower_case=md.do_lower_case)
+    results = {}
+    for label, restore in (("pretrained", True), ("random", False)):
+        if label == "random" and not random_baseline:
+            continue
+        start = time.time()
+        encoder = build_encoder(md, random_seed, restore)
+        extractor = probing.FeatureExtractor(encoder, tokenizer, max_seq_length)
+        results[label] = probing.run_probes(extractor, tasks, updates)
+        log.info("%s encoder probed in %.1f s", label, time.time() - start)
+    results["checkpoint"] = md.checkpoint
+    return results
+
+
+def format_table(results: dict) -> str:
+    columns = [c for c in ("pretrained", "random") if c in results]
+    lines = [f"{'probe':<12} " + " ".join(f"{c:>11}" for c in columns)]
+    for key in results[columns[0]]:
+        lines.append(f"{key:<12} " + " ".join(f"{100 * results[c][key]:>11.1f}" for c in columns))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", required=True, help="model dir to probe")
+    parser.add_argument("--tasks", nargs="+", default=["pos", "chunk", "sst"],
+                        choices=["pos", "chunk", "sst"], help="probes to run (default: all)")
+    parser.add_argument("--conll", default=DEFAULT_CONLL,
+                        help="CoNLL-2000 file for pos/chunk (default: the shared train.txt)")
+    parser.add_argument("--sst", default=DEFAULT_SST,
+                        help="SST-2 directory for sst (default: the shared glue/SST-2)")
+    parser.add_argument("--train-size", type=int, default=2000,
+                        help="sentences (pos, chunk) or rows (sst) that train a probe (default 2000)")
+    parser.add_argument("--test-size", type=int, default=1000,
+                        help="held-out CoNLL sentences that score pos/chunk (default 1000)")
+    parser.add_argument("--max-seq-length", type=int, default=128,
+                        help="pieces per text, [CLS] and [SEP] included (default 128)")
+    parser.add_argument("--updates", type=int, default=1000,
+                        help="minibatch Adam updates per probe (default 1000)")
+    parser.add_argument("--random-seed", type=int, default=0,
+                        help="seed of the randomly initialised encoder (default 0)")
+    parser.add_argument("--no-random", action="store_true",
+                        help="skip the randomly initialised encoder")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    for flag in ("train_size", "test_size", "updates"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.max_seq_length < 3:
+        parser.error(f"--max-seq-length must be >= 3 ([CLS] word [SEP]), got {args.max_seq_length}")
+    from model import probing
+    from util import io_utils
+
+    try:
+        paths = {"pos": args.conll, "chunk": args.conll, "sst": args.sst}
+        tasks = [probing.load_task(name, paths[name], args.train_size, args.test_size)
+                 for name in args.tasks]
+        results = probe_model_dir(args.model_dir, tasks, random_baseline=not args.no_random,
+                                  random_seed=args.random_seed,
+                                  max_seq_length=args.max_seq_length, updates=args.updates)
+    except (ValueError, OSError) as e:
+        log.error("%s", e)
+        return 2
+    print(format_table(results))
+    if args.json:
+        io_utils.write_json(args.json, dict(results, tasks=args.tasks,
+                                            train_size=args.train_size,
+                                            test_size=args.test_size))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
