@@ -11,7 +11,9 @@ Steps:
    (build_pretraining_dataset.py).
 3. A tiny ELECTRA pre-trained with a progress bar (run_pretraining.py).
 4. The discriminator scores a sentence in which a word was replaced by hand.
-5. Fine-tuning on "reference or library?": sentences of the held-out documents, labelled by
+5. A linear probe on frozen features (tools/probe.py) of the pre-trained encoder and of a random
+   one: how much of the labelled task below the features already hold, without fine-tuning.
+6. Fine-tuning on "reference or library?": sentences of the held-out documents, labelled by
    whether they come from the language reference (1) or from a module's docstrings (0), balanced,
    in the SST-2 file layout; scored with accuracy against the same model trained from random
    initialisation.
@@ -201,14 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(work, exist_ok=True)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
-    print(f"== 1/5 corpus: the standard library's documentation -> {work}/corpus", flush=True)
+    print(f"== 1/6 corpus: the standard library's documentation -> {work}/corpus", flush=True)
     # In a child process: importing hundreds of stdlib modules should not touch the demo's own.
     info = subprocess.run([sys.executable, os.path.abspath(__file__), "--write-corpus", work],
                           check=True, capture_output=True, text=True).stdout.strip()
     print(info)
 
     tfrecords = os.path.join(work, "pretrain_tfrecords")
-    _run("2/5 pre-training data (a SentencePiece vocabulary trained on the corpus first)",
+    _run("2/6 pre-training data (a SentencePiece vocabulary trained on the corpus first)",
          ["build_pretraining_dataset.py", "--corpus-dir", os.path.join(work, "corpus"),
           "--vocab-size", str(args.vocab_size), "--output-dir", tfrecords,
           "--max-seq-length", "128", "--num-processes", "2"], env)
@@ -224,15 +226,22 @@ def main(argv: list[str] | None = None) -> int:
         "save_checkpoints_steps": max(100, args.pretrain_steps // 4), "iterations_per_loop": 50,
         "do_eval": True, "num_eval_steps": 20, "eval_batch_size": 32,
         "compute_dtype": "bfloat16" if _has_bf16() else "float32"}
-    _run("3/5 pre-training a tiny ELECTRA (hidden 128, 3 layers, generator 1/4 width)",
+    _run("3/6 pre-training a tiny ELECTRA (hidden 128, 3 layers, generator 1/4 width)",
          ["run_pretraining.py", "--data-dir", work, "--model-name", "demo",
           "--hparams", json.dumps(pretrain_hparams)], env)
     model_dir = os.path.join(work, "models", "demo")
 
     original, replaced = _pick_demo_sentence(work)
-    print(f"\n== 4/5 the discriminator reads a sentence in which one word was replaced by hand"
+    print(f"\n== 4/6 the discriminator reads a sentence in which one word was replaced by hand"
           f"\n   original: {original}\n   replaced: {replaced}", flush=True)
     _run("scoring", ["score_text.py", "--model-dir", model_dir, replaced], env)
+
+    task_dir = os.path.join(work, "finetuning_data", "sst")
+    probe_json = os.path.join(model_dir, "results", "probe_results.json")
+    _run("5/6 a linear probe on frozen features: the reference-or-library task, read off the "
+         "pre-trained encoder and off a random one of the same shape",
+         ["tools/probe.py", "--model-dir", model_dir, "--tasks", "sst", "--sst", task_dir,
+          "--train-size", "100000", "--json", probe_json], env)
 
     finetune = {"task_names": ["sst"], "vocab_file": spm_model, "vocab_size": args.vocab_size,
                 "max_seq_length": 64, "num_train_epochs": args.finetune_epochs,
@@ -250,9 +259,13 @@ def main(argv: list[str] | None = None) -> int:
           "--hparams", json.dumps(scratch)], env)
 
     print("\n== scores on the reference-or-library task's dev set (accuracy)")
-    for label, path in (("pre-trained ELECTRA", "sst_results.json"),
-                        ("random initialisation", "sst_scratch_results.json")):
-        print(f"   {label:24s} {_summary(os.path.join(model_dir, 'results', path))}")
+    probes = _scores(probe_json)
+    print(f"   {'':24s} {'probe (frozen)':>15s} {'fine-tuned':>11s}")
+    for label, column, path in (("pre-trained ELECTRA", "pretrained", "sst_results.json"),
+                                ("random initialisation", "random", "sst_scratch_results.json")):
+        probe = 100 * max(probes[column]["sst/last"], probes[column]["sst/mean"])
+        print(f"   {label:24s} {probe:15.1f} {_summary(os.path.join(model_dir, 'results', path)):>11s}")
+    print("   (probe: the better of the last layer and the mean over layers, mean-pooled)")
     print(f"\nEverything is in {work}: models/demo (checkpoints, TensorBoard logs, results/).")
     return 0
 
@@ -261,8 +274,7 @@ def _summary(results_json: str) -> str:
     results = _scores(results_json)
     median = results.get("median", results)
     task = median.get("sst", median)
-    return "  ".join(f"{k} {v:.1f}" for k, v in sorted(task.items())
-                     if isinstance(v, (int, float)) and k == "accuracy")
+    return f"{task['accuracy']:.1f}"
 
 
 def _has_bf16() -> bool:

@@ -17,6 +17,8 @@ seed 0 of both methods first). Never run inside CI.
 import argparse
 import json
 import os
+import shutil
+import statistics
 import sys
 import time
 
@@ -138,9 +140,290 @@ def pretrain(work: str, run: dict) -> None:
                                  "load_after": os.getloadavg()[0]})
 
 
+# -- measures -------------------------------------------------------------------------------------
+
+SHARED = os.path.dirname(common.CORPUS)
+CONLL = os.path.join(SHARED, "chunk", "train.txt")
+SST = os.path.join(SHARED, "glue", "SST-2")
+RANDOM_SEEDS = (0, 1, 2)  # random-initialisation encoders (the floor), one per seed
+# Fine-tuning: the paper's Table 7 settings, except the learning rate and layer-wise decay, picked
+# per method on a dev split carved from training data: each rate with Table 7's decay 0.8, then
+# the best rate without decay (1.0). Rates above Table 7's because these runs are ~100 steps.
+GRID_RATES = (1e-3, 3e-3, 1e-2)
+FINETUNE_BASE = {
+    "vocab_size": VOCAB_SIZE, "adam_bias_correction": True, "lr_decay_after_warmup": True,
+    "train_batch_size": 32, "num_train_epochs": 3.0, "keep_all_models": False,
+}
+# name -> (task, sequence length, metric, train examples)
+SETTINGS = {"chunk_1k": ("chunk", 128, "f1", 1000), "sst_2k": ("sst", 64, "accuracy", 2000),
+            "chunk_full": ("chunk", 128, "f1", None)}
+
+
+def _conll_sentences(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [block for block in f.read().split("\n\n") if block.strip()]
+
+
+def task_dirs(work: str) -> dict:
+    """Data dirs (raw_data_dir patterns) carved from the shared files, written once:
+
+    chunk: the last 1000 train.txt sentences are the test set (CoNLL-2000 has no dev set and its
+    test set is not here), the 500 before them the grid's dev split, the rest training data.
+    sst: the official dev.tsv is the test set, training rows 2000-2999 the grid's dev split, the
+    first 2000 rows the low-resource training set.
+    """
+    root = os.path.join(work, "finetune_data")
+    dirs = {"final": os.path.join(root, "final", "{task}"),
+            "grid": os.path.join(root, "grid", "{task}")}
+    if os.path.exists(os.path.join(root, "done")):
+        return dirs
+    sentences = _conll_sentences(CONLL)
+    test, dev, train = sentences[-1000:], sentences[-1500:-1000], sentences[:-1500]
+    with open(os.path.join(SST, "train.tsv"), encoding="utf-8") as f:
+        sst_rows = f.read().splitlines(keepends=True)
+    with open(os.path.join(SST, "dev.tsv"), encoding="utf-8") as f:
+        sst_dev = f.read()
+    for split, chunk_dev, sst_heldout in (("final", test, sst_dev),
+                                          ("grid", dev, "".join(sst_rows[:1] + sst_rows[2001:3001]))):
+        chunk_dir = os.path.join(root, split, "chunk")
+        sst_dir = os.path.join(root, split, "sst")
+        io_utils.write_text(os.path.join(chunk_dir, "train.txt"), "\n\n".join(train) + "\n\n")
+        io_utils.write_text(os.path.join(chunk_dir, "dev.txt"), "\n\n".join(chunk_dev) + "\n\n")
+        io_utils.write_text(os.path.join(sst_dir, "train.tsv"), "".join(sst_rows[:2001]))
+        io_utils.write_text(os.path.join(sst_dir, "dev.tsv"), sst_heldout)
+    io_utils.write_text(os.path.join(root, "done"), "")
+    return dirs
+
+
+def random_name(seed: int) -> str:
+    return f"random_{SIZE}_s{seed}"
+
+
+def ensure_random_model(work: str, seed: int) -> str:
+    """A model dir holding a randomly initialised encoder (0 pre-training steps) of SIZE."""
+    name = random_name(seed)
+    path = model_dir(work, name)
+    if not os.path.exists(os.path.join(path, "bert_config.json")):
+        from model import modeling
+        from util import checkpoint
+        h = hparams(work, "electra", 1, seed)
+        config = PretrainingConfig.from_hparams(name, data_dir(work), h).bert_config()
+        encoder = modeling.BertModel(config, "electra", seed=seed)
+        checkpoint.save_tensors(os.path.join(path, "model.ckpt-0"),
+                                {checkpoint.checkpoint_name(v): v for v in encoder.variables})
+        io_utils.write_text(os.path.join(path, "bert_config.json"), config.to_json_string())
+        io_utils.write_json(os.path.join(path, "pretrain_config.json"), h)
+        shutil.copyfile(spm_model(work), os.path.join(path, "spm.model"))
+    return name
+
+
+def probe(work: str, name: str) -> dict:
+    """tools/probe.py on models/<name> (pre-trained column only; random models are rows too)."""
+    out = os.path.join(model_dir(work, name), "results", "probe_results.json")
+    if not os.path.exists(out):
+        common.log(f"probe {name}")
+        common._run([common.PYTHON, "tools/probe.py", "--model-dir", model_dir(work, name),
+                     "--no-random", "--json", out], os.path.join(work, "logs", f"probe_{name}.log"))
+    return io_utils.read_json(out)["pretrained"]
+
+
+def finetune(work: str, name: str, setting: str, lr: float, decay: float, split: str,
+             trials: int) -> list[float]:
+    """Fine-tunes models/<name> with one (lr, decay); returns the score of every trial."""
+    task, seq, metric, examples = SETTINGS[setting]
+    tag = f"{setting}_{split}_lr{lr:g}_d{decay:g}"
+    results = os.path.join(model_dir(work, name), "results", f"ft_{tag}.json")
+    if not (os.path.exists(results) and io_utils.read_json(results).get("num_trials") == trials):
+        common.log(f"finetune {name} {tag}")
+        h = dict(FINETUNE_BASE, task_names=[task], vocab_file=spm_model(work),
+                 raw_data_dir=task_dirs(work)[split], max_seq_length=seq, learning_rate=lr,
+                 layerwise_lr_decay=decay, num_trials=trials, max_train_examples=examples,
+                 model_dir=os.path.join(model_dir(work, name), "finetuning_models", tag),
+                 results_json=results, results_txt=results[:-5] + ".txt")
+        common._run([common.PYTHON, "run_finetuning.py", "--data-dir", data_dir(work),
+                     "--model-name", name, "--hparams", json.dumps(h)],
+                    os.path.join(work, "logs", f"finetune_{name}_{tag}.log"))
+    out = io_utils.read_json(results)
+    return [t["results"][task][metric] for t in out["trials"]]
+
+
+def best_grid_point(work: str, name: str, setting: str) -> tuple[float, float]:
+    """The (lr, decay) with the best dev-split score for models/<name> (one seed each)."""
+    scores = {(lr, 0.8): finetune(work, name, setting, lr, 0.8, "grid", 1)[0]
+              for lr in GRID_RATES}
+    best_rate = max(scores, key=scores.get)[0]
+    scores[(best_rate, 1.0)] = finetune(work, name, setting, best_rate, 1.0, "grid", 1)[0]
+    return max(scores, key=scores.get)
+
+
+# -- report -------------------------------------------------------------------------------------
+
+PROBES = [f"{t}/{f}" for t in ("pos", "chunk", "sst") for f in ("last", "mean")]
+MEASURE_LABELS = {"pos/mean": "POS probe (mean of layers), acc %",
+                  "chunk/mean": "chunk-tag probe (mean of layers), acc %",
+                  "sst/mean": "SST-2 probe (mean-pooled, mean of layers), acc %",
+                  "chunk_1k": "chunking, 1000 sentences, F1",
+                  "sst_2k": "SST-2, 2000 examples, acc %",
+                  "chunk_full": "chunking, 7436 sentences, F1"}
+
+
+def collect(work: str, runs: list[dict]) -> list[dict]:
+    """One row per measured model: its pre-training figures, probes and fine-tuning scores."""
+    rows = []
+    grids = {s: io_utils.read_json(os.path.join(work, f"grid_{s}.json"))
+             for s in SETTINGS if os.path.exists(os.path.join(work, f"grid_{s}.json"))}
+    entries = [dict(name=random_name(s), method="random", budget=0, steps=0, seed=s, flops=0)
+               for s in RANDOM_SEEDS] + [r for r in runs if r["size"] == SIZE]
+    for entry in entries:
+        path = model_dir(work, entry["name"])
+        results = os.path.join(path, "results")
+        if not os.path.exists(os.path.join(path, "bert_config.json")):
+            continue
+        row = dict(entry, measures={}, finetune={})
+        unsup = os.path.join(results, "unsup_results.json")
+        if os.path.exists(unsup):
+            row["pretrain_eval"] = io_utils.read_json(unsup)
+        timing = os.path.join(results, "pretrain_seconds.json")
+        if os.path.exists(timing):
+            row["pretrain_seconds"] = io_utils.read_json(timing)["seconds"]
+        probes = os.path.join(results, "probe_results.json")
+        if os.path.exists(probes):
+            row["measures"].update({k: 100 * v for k, v in
+                                    io_utils.read_json(probes)["pretrained"].items()})
+        for setting, grid in grids.items():
+            if entry["method"] not in grid:
+                continue
+            lr, decay = grid[entry["method"]]
+            task, _, metric, _ = SETTINGS[setting]
+            tag = f"{setting}_final_lr{lr:g}_d{decay:g}"
+            out = os.path.join(results, f"ft_{tag}.json")
+            if os.path.exists(out):
+                scores = [t["results"][task][metric] for t in io_utils.read_json(out)["trials"]]
+                row["finetune"][setting] = {"scores": scores, "lr": lr, "decay": decay}
+                row["measures"][setting] = statistics.median(scores)
+        rows.append(row)
+    return rows
+
+
+def verdicts(rows: list[dict], measures: list[str]) -> dict:
+    """Per measure, at the largest budget: pre-trained vs random and ELECTRA vs BERT, decided
+    only when the seed ranges do not overlap."""
+    largest = ELECTRA_STEPS[-1]
+
+    def values(method, budget, measure):
+        return [r["measures"][measure] for r in rows if r["method"] == method
+                and r["budget"] == budget and measure in r["measures"]]
+
+    def compare(a, b, name_a, name_b):
+        if len(a) < 2 or len(b) < 2:
+            return f"not measured with seeds on both sides ({len(a)} vs {len(b)} runs)"
+        if min(a) > max(b):
+            return f"{name_a} better: every seed above every {name_b} seed"
+        if max(a) < min(b):
+            return f"{name_b} better: every seed above every {name_a} seed"
+        return "within the seed spread"
+
+    out = {}
+    for m in measures:
+        electra, bert = values("electra", largest, m), values("bert", largest, m)
+        floor = values("random", 0, m)
+        out[m] = {"electra_vs_random": compare(electra, floor, "ELECTRA", "random init"),
+                  "bert_vs_random": compare(bert, floor, "BERT", "random init"),
+                  "electra_vs_bert": compare(electra, bert, "ELECTRA", "BERT")}
+    return out
+
+
+def plot(rows: list[dict], measures: list[str], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 3
+    fig, axes = plt.subplots(-(-len(measures) // cols), cols,
+                             figsize=(4.2 * cols, 3.3 * -(-len(measures) // cols)), squeeze=False)
+    for ax, m in zip(axes.flat, measures):
+        floor = [r["measures"][m] for r in rows if r["method"] == "random" and m in r["measures"]]
+        if floor:
+            ax.axhspan(min(floor), max(floor), color="grey", alpha=0.25, lw=0)
+            ax.axhline(statistics.mean(floor), color="grey", ls="--", lw=1,
+                       label=f"random init ({len(floor)} seeds)")
+        for method, color in (("electra", "tab:blue"), ("bert", "tab:orange")):
+            points = {}
+            for r in rows:
+                if r["method"] == method and m in r["measures"]:
+                    points.setdefault(r["budget"], []).append((r["flops"], r["measures"][m]))
+            if not points:
+                continue
+            budgets = sorted(points)
+            xs = [statistics.mean(f for f, _ in points[b]) for b in budgets]
+            ys = [statistics.mean(v for _, v in points[b]) for b in budgets]
+            ax.plot(xs, ys, "o-", color=color, label="ELECTRA" if method == "electra" else "BERT")
+            for b, x in zip(budgets, xs):
+                vals = [v for _, v in points[b]]
+                if len(vals) > 1:
+                    ax.errorbar([x], [statistics.mean(vals)],
+                                yerr=[[statistics.mean(vals) - min(vals)],
+                                      [max(vals) - statistics.mean(vals)]],
+                                color=color, capsize=4, lw=1)
+                    ax.scatter([x] * len(vals), vals, color=color, s=8, alpha=0.6)
+        ax.set_xscale("log")
+        ax.set_xlabel("pre-training FLOPs")
+        ax.set_title(MEASURE_LABELS.get(m, m), fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(measures):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def report(work: str, runs: list[dict], out_dir: str) -> str:
+    rows = collect(work, runs)
+    measures = [m for m in ("pos/mean", "chunk/mean", "sst/mean", "pos/last", "chunk/last",
+                            "sst/last", "chunk_1k", "sst_2k", "chunk_full")
+                if any(m in r["measures"] for r in rows)]
+    os.makedirs(out_dir, exist_ok=True)
+    judged = verdicts(rows, measures)
+    io_utils.write_json(os.path.join(out_dir, "exp5_pretraining_gain.json"),
+                        {"rows": rows, "verdicts": judged, "electra_steps": ELECTRA_STEPS,
+                         "size": SIZE, "sizes": SIZES, "pretrain_base": PRETRAIN_BASE})
+    plotted = [m for m in measures if m in MEASURE_LABELS]
+    png = os.path.join(out_dir, "exp5_pretraining_gain.png")
+    if plotted:
+        plot(rows, plotted, png)
+    header = ["model", "steps", "FLOPs", "pre-train min", "MLM acc", "disc AUC"] + measures
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        ev = r.get("pretrain_eval", {})
+        cells = [r["name"], str(r["steps"]), f"{r['flops']:.2e}",
+                 f"{r['pretrain_seconds'] / 60:.1f}" if "pretrain_seconds" in r else "-",
+                 f"{ev['masked_lm_accuracy']:.3f}" if "masked_lm_accuracy" in ev else "-",
+                 f"{ev['disc_auc']:.3f}" if "disc_auc" in ev else "-"]
+        for m in measures:
+            if m in r["finetune"]:
+                ft = r["finetune"][m]
+                cells.append(f"{r['measures'][m]:.1f} [" + ", ".join(
+                    f"{x:.1f}" for x in ft["scores"]) + "]")
+            else:
+                cells.append(f"{r['measures'][m]:.1f}" if m in r["measures"] else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    verdict_lines = [f"- **{m}**: ELECTRA vs random: {v['electra_vs_random']}; BERT vs random: "
+                     f"{v['bert_vs_random']}; ELECTRA vs BERT: {v['electra_vs_bert']}"
+                     for m, v in judged.items()]
+    md = "\n".join(["# Experiment 5: what pre-training buys (whole corpus, equal FLOPs)", "",
+                     "Written by `python experiments/exp5_pretraining_gain.py report`.", "",
+                     *lines, "", "Verdicts at the largest budget (seed ranges):", "",
+                     *verdict_lines, ""])
+    path = os.path.join(out_dir, "exp5_pretraining_gain.md")
+    io_utils.write_text(path, md)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=["pretrain", "probe", "report"])
+    parser.add_argument("stage", choices=["pretrain", "probe", "finetune", "report"])
+    parser.add_argument("--settings", nargs="*", default=["chunk_1k", "sst_2k"],
+                        choices=sorted(SETTINGS), help="fine-tuning settings to run")
     parser.add_argument("--work-dir", default=os.path.join(common.REPO, "..", "electra_study_work"))
     parser.add_argument("--only", nargs="*", help="run only these model names")
     args = parser.parse_args()
@@ -151,6 +434,33 @@ def main() -> None:
     if args.stage == "pretrain":
         for run in runs:
             pretrain(work, run)
+    names = [random_name(s) for s in RANDOM_SEEDS] + [
+        r["name"] for r in runs if r["size"] == SIZE and os.path.exists(
+            os.path.join(model_dir(work, r["name"]), "results", "unsup_results.json"))]
+    for seed in RANDOM_SEEDS:
+        ensure_random_model(work, seed)
+    if args.stage == "probe":
+        for name in names + [r["name"] for r in runs if r["size"] != SIZE]:
+            if os.path.exists(os.path.join(model_dir(work, name), "bert_config.json")):
+                probe(work, name)
+    if args.stage == "report":
+        common.log(f"wrote {report(work, runs, os.path.join(common.REPO, 'experiments', 'results'))}")
+    if args.stage == "finetune":
+        # The grid runs on one model per method: the largest budget, seed 0.
+        largest = ELECTRA_STEPS[-1]
+        reference = {"random": random_name(0), "electra": f"electra_{SIZE}_b{largest}_s0",
+                     "bert": f"bert_{SIZE}_b{largest}_s0"}
+        for setting in args.settings:
+            chosen = {method: best_grid_point(work, name, setting)
+                      for method, name in reference.items()
+                      if os.path.exists(os.path.join(model_dir(work, name), "bert_config.json"))}
+            io_utils.write_json(os.path.join(work, f"grid_{setting}.json"),
+                                {m: list(p) for m, p in chosen.items()})
+            for name in names:
+                method = name.split("_")[0]
+                if method in chosen:
+                    finetune(work, name, setting, *chosen[method], "final",
+                             1 if name.startswith("random") else 3)
 
 
 if __name__ == "__main__":
