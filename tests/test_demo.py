@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO_ROOT
 
 
@@ -31,7 +33,15 @@ def test_demo_path_runs_and_writes_its_outputs(tmp_path):
     # Both fine-tuning runs wrote results, and the summary printed both accuracies.
     for name in ("sst_results.json", "sst_scratch_results.json"):
         assert (model_dir / "results" / name).exists()
+    # The frozen-feature probe ran on the pre-trained encoder and on 3 random ones.
+    probes = json.loads((model_dir / "results" / "probe_results.json").read_text())
+    assert len(probes["random_seeds"]) == 3 and set(probes["pretrained"]) == {"sst/last", "sst/mean"}
+    # The summary shows the probe and the fine-tuned accuracy of both initialisations.
     summary = out[out.index("== scores"):].splitlines()
-    assert summary[1].split()[:3] == ["pre-trained", "ELECTRA", "accuracy"]
-    assert summary[2].split()[:3] == ["random", "initialisation", "accuracy"]
-    assert 0.0 <= float(summary[1].split()[3]) <= 100.0
+    assert summary[1].split() == ["linear", "probe", "fine-tuned"]
+    for line, label, column in ((summary[2], ["pre-trained", "ELECTRA"], "pretrained"),
+                                (summary[3], ["random", "initialisation"], "random")):
+        fields = line.split()
+        assert fields[:2] == label
+        assert float(fields[2]) == pytest.approx(100 * probes[column]["sst/mean"], abs=0.051)
+        assert 0.0 <= float(fields[3]) <= 100.0

@@ -113,6 +113,12 @@ def test_probe_tool_on_a_tiny_wordpiece_model(tmp_path):
                      "--random-seed", "8")
     assert other["pretrained"] == results["pretrained"]
     assert other["random"] != results["random"]
+    # Several random encoders: each listed (seeds 7 and 8 here), the table's column their mean.
+    both = run_tool(tmp_path, tmp_path / "model", tmp_path / "train.txt", tmp_path / "sst",
+                    "--random-seed", "7", "--random-seeds", "2")
+    assert both["random_seeds"] == [results["random"], other["random"]]
+    for key, value in both["random"].items():
+        assert value == pytest.approx((results["random"][key] + other["random"][key]) / 2)
 
 
 def test_probe_tool_on_a_tiny_sentencepiece_model(tmp_path):

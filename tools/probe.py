@@ -3,6 +3,7 @@
     python tools/probe.py --model-dir DATA/models/NAME
     python tools/probe.py --model-dir DATA/models/NAME --tasks pos chunk --train-size 1000
     python tools/probe.py --model-dir DATA/models/NAME --json probes.json --no-random
+    python tools/probe.py --model-dir DATA/models/NAME --random-seeds 3   # 3 random encoders
 
 Linear softmax probes (model/probing.py) on frozen features: POS and chunk tags per word of a
 CoNLL-2000 file (--conll, columns word POS chunk; the first --train-size sentences train, the last
@@ -41,9 +42,11 @@ def build_encoder(md, seed: int, restore: bool):
     return encoder
 
 
-def probe_model_dir(model_dir: str, tasks: dict, *, random_baseline: bool = True,
+def probe_model_dir(model_dir: str, tasks: dict, *, random_seeds: int = 1,
                     random_seed: int = 0, max_seq_length: int = 128, updates: int = 1000) -> dict:
-    """{"pretrained": {probe: accuracy}, "random": {...}} for the model in `model_dir`.
+    """{"pretrained": {probe: accuracy}, "random": {...}, "random_seeds": [...]} for the model in
+    `model_dir`; "random" is the mean over `random_seeds` random encoders (seeds random_seed,
+    random_seed + 1, ...), each listed in "random_seeds".
 
     tasks: model.probing.ProbeTask list (probing.load_task).
     """
@@ -55,22 +58,29 @@ def probe_model_dir(model_dir: str, tasks: dict, *, random_baseline: bool = True
         raise ValueError(f"no vocabulary (vocab.txt or spm.model) found for {model_dir}")
     tokenizer = tokenization.build_tokenizer(vocab_file=md.vocab_file,
                                              do_lower_case=md.do_lower_case)
-    results = {}
-    for label, restore in (("pretrained", True), ("random", False)):
-        if label == "random" and not random_baseline:
-            continue
+    def run(seed: int, restore: bool) -> dict:
         start = time.time()
-        encoder = build_encoder(md, random_seed, restore)
-        extractor = probing.FeatureExtractor(encoder, tokenizer, max_seq_length)
-        results[label] = probing.run_probes(extractor, tasks, updates)
-        log.info("%s encoder probed in %.1f s", label, time.time() - start)
-    results["checkpoint"] = md.checkpoint
+        extractor = probing.FeatureExtractor(build_encoder(md, seed, restore), tokenizer,
+                                             max_seq_length)
+        result = probing.run_probes(extractor, tasks, updates)
+        log.info("%s encoder probed in %.1f s", "pre-trained" if restore else
+                 f"random (seed {seed})", time.time() - start)
+        return result
+
+    results = {"pretrained": run(0, True), "checkpoint": md.checkpoint}
+    if random_seeds:
+        results["random_seeds"] = [run(random_seed + i, False) for i in range(random_seeds)]
+        results["random"] = {key: sum(r[key] for r in results["random_seeds"]) / random_seeds
+                             for key in results["pretrained"]}
     return results
 
 
 def format_table(results: dict) -> str:
     columns = [c for c in ("pretrained", "random") if c in results]
-    lines = [f"{'probe':<12} " + " ".join(f"{c:>11}" for c in columns)]
+    names = {"pretrained": "pre-trained", "random": "random"}
+    if len(results.get("random_seeds", [])) > 1:
+        names["random"] = f"random x{len(results['random_seeds'])}"
+    lines = [f"{'probe':<12} " + " ".join(f"{names[c]:>11}" for c in columns)]
     for key in results[columns[0]]:
         lines.append(f"{key:<12} " + " ".join(f"{100 * results[c][key]:>11.1f}" for c in columns))
     return "\n".join(lines)
@@ -96,12 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=1000,
                         help="minibatch Adam updates per probe (default 1000)")
     parser.add_argument("--random-seed", type=int, default=0,
-                        help="seed of the randomly initialised encoder (default 0)")
+                        help="seed of the (first) randomly initialised encoder (default 0)")
+    parser.add_argument("--random-seeds", type=int, default=1,
+                        help="random encoders (seeds --random-seed, +1, ...); the table shows their "
+                             "mean, the JSON each (default 1)")
     parser.add_argument("--no-random", action="store_true",
                         help="skip the randomly initialised encoder")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    if args.random_seeds < 1:
+        parser.error(f"--random-seeds must be >= 1, got {args.random_seeds}")
     for flag in ("train_size", "test_size", "updates"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
@@ -114,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         paths = {"pos": args.conll, "chunk": args.conll, "sst": args.sst}
         tasks = [probing.load_task(name, paths[name], args.train_size, args.test_size)
                  for name in args.tasks]
-        results = probe_model_dir(args.model_dir, tasks, random_baseline=not args.no_random,
+        results = probe_model_dir(args.model_dir, tasks,
+                                  random_seeds=0 if args.no_random else args.random_seeds,
                                   random_seed=args.random_seed,
                                   max_seq_length=args.max_seq_length, updates=args.updates)
     except (ValueError, OSError) as e:
