@@ -283,6 +283,9 @@ def collect(work: str, runs: list[dict]) -> list[dict]:
         unsup = os.path.join(results, "unsup_results.json")
         if os.path.exists(unsup):
             row["pretrain_eval"] = io_utils.read_json(unsup)
+        if entry["method"] != "random" and \
+                row.get("pretrain_eval", {}).get("global_step") != entry["steps"]:
+            continue  # still pre-training
         timing = os.path.join(results, "pretrain_seconds.json")
         if os.path.exists(timing):
             row["pretrain_seconds"] = io_utils.read_json(timing)["seconds"]
