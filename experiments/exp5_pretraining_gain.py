@@ -239,6 +239,10 @@ def finetune(work: str, name: str, setting: str, lr: float, decay: float, split:
                  raw_data_dir=task_dirs(work)[split], max_seq_length=seq, learning_rate=lr,
                  layerwise_lr_decay=decay, num_trials=trials, max_train_examples=examples,
                  model_dir=os.path.join(model_dir(work, name), "finetuning_models", tag),
+                 # Features cached per data split: the cache key covers settings, not the data
+                 # files (issue 21), and grid and final share every setting but the files.
+                 preprocessed_data_dir=os.path.join(model_dir(work, name), "finetuning_tfrecords",
+                                                    split),
                  results_json=results, results_txt=results[:-5] + ".txt")
         common._run([common.PYTHON, "run_finetuning.py", "--data-dir", data_dir(work),
                      "--model-name", name, "--hparams", json.dumps(h)],
