@@ -384,6 +384,42 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def grid_table(work: str) -> list[str]:
+    """The fine-tuning grid: dev-split score of every (lr, decay) tried, per method and setting."""
+    largest = ELECTRA_STEPS[-1]
+    reference = {"random": random_name(0), "electra": f"electra_{SIZE}_b{largest}_s0",
+                 "bert": f"bert_{SIZE}_b{largest}_s0"}
+    lines = ["Fine-tuning grid (one seed on the dev split carved from training data; the chosen "
+             "point in bold):", "", "| setting | method | " + " | ".join(
+                 f"lr {lr:g}, decay 0.8" for lr in GRID_RATES) + " | best lr, decay 1.0 |",
+             "|" + "---|" * (3 + len(GRID_RATES))]
+    for setting in SETTINGS:
+        grid_file = os.path.join(work, f"grid_{setting}.json")
+        if not os.path.exists(grid_file):
+            continue
+        chosen = io_utils.read_json(grid_file)
+        task, _, metric, _ = SETTINGS[setting]
+        for method, name in reference.items():
+            if method not in chosen:
+                continue
+            cells = []
+            points = [(r, 0.8) for r in GRID_RATES]
+            best_rate = max(points, key=lambda p: _grid_score(work, name, setting, *p))[0]
+            for lr, decay in points + [(best_rate, 1.0)]:
+                score = _grid_score(work, name, setting, lr, decay)
+                text = f"{score:.1f}" + (f" (lr {lr:g})" if decay == 1.0 else "")
+                cells.append(f"**{text}**" if [lr, decay] == chosen[method] else text)
+            lines.append(f"| {setting} | {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _grid_score(work: str, name: str, setting: str, lr: float, decay: float) -> float:
+    task, _, metric, _ = SETTINGS[setting]
+    path = os.path.join(model_dir(work, name), "results",
+                        f"ft_{setting}_grid_lr{lr:g}_d{decay:g}.json")
+    return io_utils.read_json(path)["trials"][0]["results"][task][metric]
+
+
 def report(work: str, runs: list[dict], out_dir: str) -> str:
     rows = collect(work, runs)
     measures = [m for m in ("pos/mean", "chunk/mean", "sst/mean", "pos/last", "chunk/last",
@@ -420,7 +456,7 @@ def report(work: str, runs: list[dict], out_dir: str) -> str:
     md = "\n".join(["# Experiment 5: what pre-training buys (whole corpus, equal FLOPs)", "",
                      "Written by `python experiments/exp5_pretraining_gain.py report`.", "",
                      *lines, "", "Verdicts at the largest budget (seed ranges):", "",
-                     *verdict_lines, ""])
+                     *verdict_lines, "", *grid_table(work), ""])
     path = os.path.join(out_dir, "exp5_pretraining_gain.md")
     io_utils.write_text(path, md)
     return path
