@@ -304,7 +304,8 @@ def collect(work: str, runs: list[dict]) -> list[dict]:
             task, _, metric, _ = SETTINGS[setting]
             tag = f"{setting}_final_lr{lr:g}_d{decay:g}"
             out = os.path.join(results, f"ft_{tag}.json")
-            if os.path.exists(out):
+            expected = 1 if entry["method"] == "random" else 3
+            if os.path.exists(out) and io_utils.read_json(out).get("num_trials") == expected:
                 scores = [t["results"][task][metric] for t in io_utils.read_json(out)["trials"]]
                 row["finetune"][setting] = {"scores": scores, "lr": lr, "decay": decay}
                 row["measures"][setting] = statistics.median(scores)
