@@ -55,10 +55,38 @@ HF_CONFIG_FILE = "config.json"
 # -- atomic output ----------------------------------------------------------------------------
 
 
+def check_output_apart(output: str, dirs: dict[str, str | None],
+                       files: dict[str, str | None] | None = None) -> None:
+    """Refuses an output that is, contains or lies inside a directory the command reads (flag ->
+    path in `dirs`), or that contains a file it reads (`files`): replacing the output
+    (--overwrite) would delete them, e.g. a model dir with its checkpoints, generator and
+    fine-tuned models. Symlinks are resolved."""
+    out = os.path.realpath(output)
+    sources = [(flag, path, True) for flag, path in dirs.items()]
+    sources += [(flag, path, False) for flag, path in (files or {}).items()]
+    for flag, source, whole_dir in sources:
+        if not source:
+            continue
+        src = os.path.realpath(source)
+        common = os.path.commonpath([out, src])
+        if common == out:
+            relation = "is" if out == src else "contains"
+        elif common == src and whole_dir:
+            relation = "lies inside"
+        else:
+            continue
+        raise ValueError(f"--output {output} {relation} {flag} {source}: writing the export "
+                         f"there would replace or mix with what {flag} holds. Choose an output "
+                         "outside it")
+
+
 @contextlib.contextmanager
 def atomic_output_dir(path: str, overwrite: bool = False):
     """Yields a temporary directory beside `path`, renamed to `path` when the block succeeds."""
     path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"output {path} is an existing file, not a directory; an export is a "
+                         "directory: choose another --output")
     if os.path.exists(path) and not overwrite:
         raise ValueError(f"output {path} already exists; pass --overwrite to replace it")
     parent = os.path.dirname(path)
@@ -76,6 +104,11 @@ def atomic_output_dir(path: str, overwrite: bool = False):
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)
+
+
+def _check_output_apart_from_model(output: str, md: model_dir_lib.ModelDir) -> None:
+    check_output_apart(output, {"--model-dir": md.path},
+                       {"--checkpoint": md.checkpoint, "--vocab-file": md.vocab_file})
 
 
 # -- Hugging Face export ----------------------------------------------------------------------
@@ -148,6 +181,7 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
     """Writes `md` as a Hugging Face ELECTRA directory; returns {HF name: shape}."""
     from safetensors import numpy as st_numpy
 
+    _check_output_apart_from_model(output, md)
     kind = kind or ("classifier" if md.kind == "finetuned" else "discriminator")
     tensors = checkpoint.read_all(md.checkpoint)
     metadata = {"format": "pt"}  # transformers refuses safetensors files without it
@@ -203,6 +237,7 @@ def export_saved_model(md: model_dir_lib.ModelDir, output: str, overwrite: bool 
 
     from finetune import serving
 
+    _check_output_apart_from_model(output, md)
     config, tasks, model = serving.load_finetuned(md)
     module = serving.ServingModule(model, tasks, config.max_seq_length)
     with atomic_output_dir(output, overwrite) as tmp:
@@ -272,6 +307,7 @@ def _same_embeddings(a: dict, b: dict) -> bool:
 def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = None,
                        task: str | None = None, overwrite: bool = False) -> dict[str, np.ndarray]:
     """Writes an HF ELECTRA model (and optionally its generator) as one of our model dirs."""
+    check_output_apart(output, {"--import-dir": hf_dir, "--import-generator": generator_dir})
     kind, config, values, hf_tensors, metadata, notes = _read_hf_dir(hf_dir)
     gen_config = None
     if kind == "generator":

@@ -639,6 +639,74 @@ def export_import_of_a_pickle(env, tmp):
         r"pytorch_model\.bin", r"pickle"]
 
 
+def export(model_dir, output, *extra):
+    return lambda: export_model.main(["--model-dir", str(model_dir), "--format", "huggingface",
+                                      "--output", str(output), *extra])
+
+
+def private_model(env, tmp) -> str:
+    """A copy of the shared model (a case that fails must damage only its own copy)."""
+    target = str(tmp / "models" / "tiny")
+    shutil.copytree(env.model_dir, target)
+    return target
+
+
+@case
+def export_output_is_the_model_dir(env, tmp):
+    # --overwrite used to replace the model dir (every checkpoint) with the export.
+    model = private_model(env, tmp)
+    return export(model, model, "--overwrite"), [
+        r"--output .*models/tiny is --model-dir .*models/tiny", r"Choose an output outside it"]
+
+
+@case
+def export_output_is_a_symlink_to_the_model_dir(env, tmp):
+    model = private_model(env, tmp)
+    os.symlink(model, tmp / "link")
+    return export(model, tmp / "link", "--overwrite"), [r"--output .*link is --model-dir"]
+
+
+@case
+def export_output_contains_the_model_dir(env, tmp):
+    model = private_model(env, tmp)
+    return export(model, tmp / "models", "--overwrite"), [
+        r"--output .*/models contains --model-dir .*models/tiny"]
+
+
+@case
+def export_output_inside_the_model_dir(env, tmp):
+    model = private_model(env, tmp)
+    return export(model, os.path.join(model, "hf"), "--overwrite"), [
+        r"--output .*models/tiny/hf lies inside --model-dir"]
+
+
+@case
+def export_output_contains_the_vocab_file(env, tmp):
+    model = private_model(env, tmp)
+    vocab = tmp / "vocabs" / "vocab.txt"
+    vocab.parent.mkdir()
+    shutil.copy(env.vocab, vocab)
+    return export(model, vocab.parent, "--overwrite", "--vocab-file", str(vocab)), [
+        r"--output .*vocabs contains --vocab-file .*vocabs/vocab\.txt"]
+
+
+@case
+def export_output_is_an_existing_file(env, tmp):
+    (tmp / "out.txt").write_text("not an export")
+    return export(private_model(env, tmp), tmp / "out.txt", "--overwrite"), [
+        r"output .*out\.txt is an existing file, not a directory"]
+
+
+@case
+def export_import_output_is_the_import_dir(env, tmp):
+    source = tmp / "hf"
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    return (lambda: export_model.main(["--import-dir", str(source), "--format", "huggingface",
+                                       "--output", str(source), "--overwrite"])), [
+        r"--output .*hf is --import-dir"]
+
+
 @case
 def score_text_wrong_vocab_for_the_checkpoint(env, tmp):
     vocab = tmp / "other_vocab.txt"
