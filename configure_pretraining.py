@@ -57,7 +57,7 @@ class PretrainingConfig(HParams):
     num_train_steps: int = hp(1000000, "total optimizer steps")
     num_eval_steps: int = hp(100, "batches evaluated by do_eval")
     eval_every_steps: int = hp(0, "evaluate on held-out data every this many steps during training (0: never)")
-    keep_checkpoint_max: int = hp(5, "checkpoints kept in the model dir")
+    keep_checkpoint_max: int = hp(5, "checkpoints kept in the model dir (0: all, as tf.train.Saver)")
     probe_tasks: dict = hp({}, "frozen-feature probes run at every eval, task -> data: {\"pos\": CoNLL-2000 file, \"chunk\": CoNLL-2000 file, \"sst\": SST-2 dir}; accuracies reported as probe/<task>/<last|mean> (tools/probe.py)")
     probe_train_size: int = hp(2000, "probe_tasks: sentences (pos, chunk) or rows (sst) that train each probe; the last 1000 CoNLL sentences or the SST-2 dev file score it")
     seed: int = hp(0, "seed for initialisation, masking, sampling, dropout and data order")
@@ -158,6 +158,8 @@ class PretrainingConfig(HParams):
             (self.shuffle_buffer_size >= 1, "shuffle_buffer_size", "must be >= 1"),
             (self.input_cycle_length >= 1, "input_cycle_length", "must be >= 1"),
             (self.probe_train_size >= 1, "probe_train_size", "must be >= 1"),
+            (self.keep_checkpoint_max >= 0, "keep_checkpoint_max",
+             "must be >= 0 (0 keeps every checkpoint)"),
         ]
         checks += self._probe_checks()
         checks += self._objective_checks()

@@ -381,6 +381,16 @@ def pretrain_only_unreadable_checkpoints(env, tmp):
 
 
 @case
+def pretrain_keep_checkpoint_max_negative(env, tmp):
+    # Used to train, then prune the run's only checkpoint and crash with an IndexError.
+    data = copy_data(env, tmp)
+    copy_model(env, data, num_train_steps=4)
+    return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4,
+                                         keep_checkpoint_max=-1)), [
+        r"hparam 'keep_checkpoint_max' must be >= 0 \(0 keeps every checkpoint\), got -1"]
+
+
+@case
 def pretrain_model_dir_is_a_file(env, tmp):
     data = copy_data(env, tmp)
     os.makedirs(os.path.join(data, "models"))

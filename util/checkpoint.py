@@ -197,9 +197,13 @@ def restore(variables: Mapping[str, tf.Variable], path: str,
 
 
 class CheckpointManager:
-    """Saves numbered checkpoints `<dir>/model.ckpt-<step>` and keeps the newest `max_to_keep`."""
+    """Saves numbered checkpoints `<dir>/model.ckpt-<step>` and keeps the newest `max_to_keep`
+    (0 keeps them all, as tf.train.Saver); the checkpoint just saved is always kept."""
 
     def __init__(self, directory: str, max_to_keep: int = 5, basename: str = "model.ckpt"):
+        if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 0:
+            raise ValueError(f"max_to_keep must be an int >= 0 (0 keeps every checkpoint), got "
+                             f"{max_to_keep!r}")
         self.directory = directory
         self.max_to_keep = max_to_keep
         self.basename = basename
@@ -209,11 +213,13 @@ class CheckpointManager:
         save_tensors(prefix, tensors)
         # Complete checkpoints on disk count too: one written just before a crash is complete
         # but missing from the state file, and would otherwise never be pruned.
-        kept = [p for p in set(_state_paths(self.directory)) | set(self._own_prefixes())
-                if p != prefix and os.path.exists(p + ".index")]
-        kept.append(prefix)
-        kept.sort(key=_step_of)
-        stale, kept = kept[:-self.max_to_keep], kept[-self.max_to_keep:]
+        others = sorted((p for p in set(_state_paths(self.directory)) | set(self._own_prefixes())
+                         if p != prefix and os.path.exists(p + ".index")), key=_step_of)
+        # The checkpoint just written is kept whatever the others' steps (a run resumed from an
+        # older one after a damaged newer one must not prune its own save).
+        room = len(others) if self.max_to_keep == 0 else self.max_to_keep - 1
+        cut = max(0, len(others) - room)
+        stale, kept = others[:cut], others[cut:] + [prefix]
         # The TF `checkpoint` state file (text proto), written atomically; paths relative.
         lines = [f'model_checkpoint_path: "{os.path.basename(prefix)}"']
         lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in kept]
