@@ -70,6 +70,14 @@ def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFile
     metadata_path = os.path.join(directory, "metadata.json")
     if os.path.isfile(metadata_path):
         metadata = io_utils.read_json(metadata_path)
+        built_sha = metadata.get("vocab_sha256")
+        # Same size is not enough: another vocabulary gives the ids other meanings.
+        if isinstance(built_sha, str) and built_sha != io_utils.sha256_file(config.vocab_file):
+            raise HParamError(
+                f"vocabulary {config.vocab_file} is not the one the tfrecords in {directory} "
+                f"were built with ({metadata.get('vocab_file', '?')}, sha256 {built_sha[:12]}... "
+                f"in {metadata_path}); set \"vocab_file\" to that vocabulary, or rebuild the "
+                "data with this one")
         for key in ("max_seq_length", "vocab_size"):
             built, wanted = metadata.get(key), getattr(config, key)
             if isinstance(built, int) and built != wanted:
@@ -112,6 +120,27 @@ def check_resume_compatible(config: PretrainingConfig, saved_path: str) -> list[
     return sorted(k for k in current if k in saved and saved[k] != current[k] and k not in ignored)
 
 
+def check_resume_vocab(config: PretrainingConfig) -> None:
+    """Refuses resuming with a vocabulary other than the model dir's copy (the one its
+    checkpoints were trained with), even of the same size: it would be overwritten and the
+    checkpoints left beside a vocabulary they never saw."""
+    saved = tokenization.find_vocab_file(config.model_dir)
+    if saved is None or os.path.abspath(saved) == os.path.abspath(config.vocab_file):
+        return
+    if os.path.basename(saved) != os.path.basename(_vocab_copy_path(config)) or not filecmp.cmp(
+            saved, config.vocab_file, shallow=False):
+        raise IncompatibleResumeError(
+            f"model dir {config.model_dir} holds checkpoints trained with vocabulary {saved}, "
+            f"but vocab_file is {config.vocab_file}, a different one. Resume with "
+            f"\"vocab_file\": \"{saved}\", or use a new model_name for the new vocabulary")
+
+
+def _vocab_copy_path(config: PretrainingConfig) -> str:
+    """Where the model dir keeps its copy of the run's vocabulary."""
+    return os.path.join(config.model_dir, "spm.model" if tokenization.is_sentencepiece_model(
+        config.vocab_file) else "vocab.txt")
+
+
 def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
     """Writes the resolved config, the architecture configs and a copy of the vocab (chief)."""
     d = config.model_dir
@@ -121,8 +150,7 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
     if trainer.model.generator_config is not None:
         io_utils.write_text(os.path.join(d, GENERATOR_CONFIG_FILE),
                             trainer.model.generator_config.to_json_string() + "\n")
-    vocab_copy = os.path.join(d, "spm.model" if tokenization.is_sentencepiece_model(
-        config.vocab_file) else "vocab.txt")
+    vocab_copy = _vocab_copy_path(config)
     if os.path.abspath(vocab_copy) != os.path.abspath(config.vocab_file) and not (
             os.path.exists(vocab_copy) and filecmp.cmp(vocab_copy, config.vocab_file, False)):
         with open(config.vocab_file, "rb") as src, io_utils.atomic_open(vocab_copy, "wb") as dst:
@@ -135,6 +163,7 @@ def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
               if os.path.isdir(config.model_dir) else None)
     saved_config = os.path.join(config.model_dir, CONFIG_FILE)
     if latest is not None:
+        check_resume_vocab(config)
         if os.path.exists(saved_config):
             changed = check_resume_compatible(config, saved_config)
             if changed:

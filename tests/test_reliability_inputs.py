@@ -314,6 +314,40 @@ def pretrain_shard_cut_between_records(env, tmp):
         r"\(.*metadata\.json\): a truncated or partial copy"]
 
 
+def other_vocab_of_the_same_size(path) -> str:
+    """The tiny vocabulary with two words swapped: same size, other meanings."""
+    fx.write_vocab(str(path))
+    lines = open(path).read().split("\n")
+    lines[5], lines[6] = lines[6], lines[5]
+    open(path, "w").write("\n".join(lines))
+    return str(path)
+
+
+@case
+def pretrain_vocab_not_the_one_the_data_was_built_with(env, tmp):
+    # metadata.json records the build's vocabulary hash; a same-size other vocabulary used to
+    # pass without a word.
+    assert build(tmp, {"a.txt": GOOD_TEXT * 40})() == 0
+    data = tmp / "data"
+    os.makedirs(data)
+    os.replace(tmp / "out", data / "pretrain_tfrecords")
+    other_vocab_of_the_same_size(data / "vocab.txt")
+    return pretrain(data, **env.hparams), [
+        r"vocabulary .*data/vocab\.txt is not the one the tfrecords in .*pretrain_tfrecords were "
+        rf"built with \({re.escape(str(tmp / 'vocab.txt'))}, sha256 [0-9a-f]{{12}}"]
+
+
+@case
+def pretrain_resume_with_another_vocab_of_the_same_size(env, tmp):
+    # Used to warn, then overwrite the model dir's vocab.txt beside the old checkpoints.
+    data = copy_data(env, tmp)
+    copy_model(env, data, num_train_steps=4)
+    other = other_vocab_of_the_same_size(tmp / "other_vocab.txt")
+    return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4, vocab_file=other)), [
+        r"models/tiny holds checkpoints trained with vocabulary .*models/tiny/vocab\.txt, but "
+        r"vocab_file is .*other_vocab\.txt, a different one"]
+
+
 @case
 def pretrain_tfrecords_of_another_length(env, tmp):
     return pretrain(copy_data(env, tmp), **dict(env.hparams, max_seq_length=24)), [
