@@ -615,6 +615,13 @@ def finetune_batch_not_divisible_by_replicas(env, tmp):
 
 
 @case
+def finetune_empty_training_file(env, tmp):
+    # Used to cache zero examples, then divide by zero (ZeroDivisionError).
+    return finetune(env, tmp, files={"sst": {"train.tsv": "sentence\tlabel\n"}}), [
+        r"task sst: no train examples in .*finetuning_data/sst/train\.tsv"]
+
+
+@case
 def finetune_damaged_feature_cache(env, tmp):
     # The featurized tfrecord cache (derived data) got damaged after it was written.
     act = finetune(env, tmp)
