@@ -25,7 +25,8 @@ run_finetuning.py can start from, with bert_config.json, vocab.txt and a checkpo
 
 Hugging Face files: config.json (ElectraConfig keys; hidden_act "gelu", the exact GELU of the
 official code and of this one), model.safetensors (HF names, linear weights [out, in]), vocab.txt,
-tokenizer_config.json and special_tokens_map.json. How each variable maps, and how the official
+tokenizer_config.json and special_tokens_map.json (ElectraTokenizer, WordPiece: a SentencePiece
+model is refused, or exported without tokenizer files with --no-tokenizer). How each variable maps, and how the official
 one-layer classifier head maps onto ElectraClassificationHead: model/hf_conversion.py.
 Outputs are written to a temporary directory next to --output and renamed into place.
 """
@@ -176,12 +177,29 @@ def _head_kind(task: str) -> str:
                      "tagging -> ElectraForTokenClassification); use --format saved_model")
 
 
+def check_tokenizer_exportable(vocab_file: str | None) -> None:
+    """Refuses a SentencePiece vocabulary: ElectraTokenizer reads a WordPiece vocab.txt only (a
+    copied .model "loads" and tokenizes garbage), and a tokenizer.json equivalent to our
+    SentencePiece tokenization cannot be verified without the tokenizers library."""
+    if vocab_file and tokenization.is_sentencepiece_model(vocab_file):
+        raise ValueError(
+            f"the model's vocabulary {vocab_file} is a SentencePiece model, but the Hugging Face "
+            "ELECTRA tokenizer (ElectraTokenizer) reads only a WordPiece vocab.txt, and no "
+            "SentencePiece tokenizer export that matches this project's tokenization can be "
+            "written and checked here. Pass --no-tokenizer to export the weights and "
+            "config.json alone (then tokenize with the spm.model yourself)")
+
+
 def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None = None,
-                       task: str | None = None, overwrite: bool = False) -> dict[str, tuple]:
-    """Writes `md` as a Hugging Face ELECTRA directory; returns {HF name: shape}."""
+                       task: str | None = None, overwrite: bool = False,
+                       tokenizer: bool = True) -> dict[str, tuple]:
+    """Writes `md` as a Hugging Face ELECTRA directory; returns {HF name: shape}.
+    tokenizer: also write the tokenizer files (WordPiece vocabularies only)."""
     from safetensors import numpy as st_numpy
 
     _check_output_apart_from_model(output, md)
+    if tokenizer:
+        check_tokenizer_exportable(md.vocab_file)
     kind = kind or ("classifier" if md.kind == "finetuned" else "discriminator")
     tensors = checkpoint.read_all(md.checkpoint)
     metadata = {"format": "pt"}  # transformers refuses safetensors files without it
@@ -213,15 +231,17 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
     if got != expected:  # a mapping bug, never user error: refuse to write a broken export
         diff = sorted(set(got.items()) ^ set(expected.items()))[:5]
         raise RuntimeError(f"exported parameters differ from the ElectraConfig layout: {diff}")
-    if md.vocab_file is None:
+    if md.vocab_file is None and tokenizer:
         raise ValueError(f"no vocab.txt in {md.path}; pass --vocab-file")
-    pad_id = tokenization.load_vocab(md.vocab_file).get("[PAD]", 0)
+    pad_id = tokenization.load_vocab(md.vocab_file).get("[PAD]", 0) if md.vocab_file else 0
     values = hf.hf_config(config, kind, pad_token_id=pad_id, labels=labels, task_name=task)
     with atomic_output_dir(output, overwrite) as tmp:
         st_numpy.save_file({n: np.ascontiguousarray(v, np.float32) for n, v in weights.items()},
                            os.path.join(tmp, SAFETENSORS_FILE), metadata=metadata)
         io_utils.write_json(os.path.join(tmp, HF_CONFIG_FILE), values)
-        _tokenizer_files(tmp, md.vocab_file, md.do_lower_case, config.max_position_embeddings)
+        if tokenizer:
+            _tokenizer_files(tmp, md.vocab_file, md.do_lower_case,
+                             config.max_position_embeddings)
     log.info("wrote %s (%s, %d parameters tensors, %d values) from %s", output,
              hf.ARCHITECTURES[kind], len(weights), sum(v.size for v in weights.values()),
              md.checkpoint)
@@ -405,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import-generator", help="with --import-dir: the matching "
                                                    "ElectraForMaskedLM directory")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    parser.add_argument("--no-tokenizer", action="store_true",
+                        help="Hugging Face export: weights and config.json only, no tokenizer "
+                             "files (needed for SentencePiece models, which ElectraTokenizer "
+                             "cannot read)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -420,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         for note in md.notes:
             log.info("note: %s", note)
         if args.format == "huggingface":
-            export_huggingface(md, args.output, args.model, args.task, args.overwrite)
+            export_huggingface(md, args.output, args.model, args.task, args.overwrite,
+                               tokenizer=not args.no_tokenizer)
         else:
             if args.model not in (None, "classifier"):
                 raise ValueError("--format saved_model exports fine-tuned models only")

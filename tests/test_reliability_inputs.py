@@ -748,6 +748,22 @@ def export_output_is_an_existing_file(env, tmp):
         r"output .*out\.txt is an existing file, not a directory"]
 
 
+def tiny_sentencepiece(tmp) -> str:
+    """A SentencePiece model small enough for the tiny model's vocab_size (32)."""
+    from model import tokenization
+    text = [" ".join(f"w{(i * 7 + k) % 27}" for k in range(8)) for i in range(200)]
+    return tokenization.train_sentencepiece(text, str(tmp / "spm"), 30)
+
+
+@case
+def export_sentencepiece_model_to_huggingface(env, tmp):
+    # Used to copy the binary .model to vocab.txt under ElectraTokenizer (garbage tokens).
+    spm = tiny_sentencepiece(tmp)
+    return export(private_model(env, tmp), tmp / "hf", "--vocab-file", spm), [
+        r"vocabulary .*spm\.model is a SentencePiece model", r"ElectraTokenizer",
+        r"--no-tokenizer"]
+
+
 @case
 def export_import_output_is_the_import_dir(env, tmp):
     source = tmp / "hf"
