@@ -335,12 +335,14 @@ def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = Non
             raise ValueError("--import-dir is itself a generator (ElectraForMaskedLM); give the "
                              "discriminator there and the generator with --import-generator")
         # A generator alone keeps its own embeddings (generator/embeddings).
-        imported = hf.from_hf(hf_tensors, config, "generator", scope="generator")
+        imported = hf.from_hf(hf_tensors, config, "generator", scope="generator",
+                              where=os.path.join(hf_dir, HF_CONFIG_FILE))
         tensors, unused = dict(imported.tensors), list(imported.unused)
         gen_config, config = config, None
         notes += imported.notes
     else:
         imported = hf.from_hf(hf_tensors, config, kind, metadata=metadata,
+                              where=os.path.join(hf_dir, HF_CONFIG_FILE),
                               task_name=task or values.get("finetuning_task"))
         tensors, unused = dict(imported.tensors), list(imported.unused)
         notes += imported.notes
@@ -349,7 +351,8 @@ def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = Non
         if gen_kind != "generator":
             raise ValueError(f"{generator_dir} is not an ElectraForMaskedLM (architectures say "
                              f"{gen_kind})")
-        gen = hf.from_hf(gen_hf, gen_config, "generator", scope="generator")
+        gen = hf.from_hf(gen_hf, gen_config, "generator", scope="generator",
+                         where=os.path.join(generator_dir, HF_CONFIG_FILE))
         gen_tensors = {n.replace("generator/embeddings/", "electra/embeddings/"): v
                        for n, v in gen.tensors.items()}
         if _same_embeddings(gen_tensors, tensors):

@@ -361,9 +361,30 @@ class Imported(NamedTuple):
     notes: list[str]
 
 
+def check_shapes(hf: dict[str, np.ndarray], config: modeling.BertConfig, kind: str,
+                 where: str = "config.json") -> None:
+    """Refuses weights whose shapes (or number of layers) are not those `config` describes:
+    a config.json of another model would otherwise surface much later, in fine-tuning."""
+    labels = next((hf[n].shape[0] for n in ("classifier.out_proj.weight", "classifier.weight")
+                   if n in hf and np.ndim(hf[n]) == 2), 2)
+    expected = expected_hf_shapes(config, kind, labels)
+    wrong = [f"{n} is {list(np.shape(hf[n]))}, config implies {list(shape)}"
+             for n, shape in expected.items() if n in hf and tuple(np.shape(hf[n])) != shape]
+    layers = {int(m.group(1)) for n in hf
+              if (m := re.match(rf"{HF_PREFIX}\.encoder\.layer\.(\d+)\.", n))}
+    if layers and max(layers) >= config.num_hidden_layers:
+        wrong.append(f"the weights have {max(layers) + 1} layers, config num_hidden_layers is "
+                     f"{config.num_hidden_layers}")
+    if wrong:
+        raise ConversionError(
+            f"{where} does not describe these weights ({len(wrong)} mismatch(es): "
+            + "; ".join(wrong[:4]) + (" ..." if len(wrong) > 4 else "")
+            + "). Use the config.json saved with these weights")
+
+
 def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind: str,
             scope: str = "electra", metadata: dict[str, str] | None = None,
-            task_name: str | None = None) -> Imported:
+            task_name: str | None = None, where: str = "config.json") -> Imported:
     """Our tensors from an HF ELECTRA state dict.
 
     kind "encoder": the encoder under `scope` only (any other ELECTRA model);
@@ -374,6 +395,7 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
     task_specific/<task>/dense from the token-classification layer.
     """
     hf = _normalise_hf_names(hf_tensors)
+    check_shapes(hf, config, kind, where)
     pairs = encoder_pairs(config, scope)
     notes: list[str] = []
     if kind == "discriminator":

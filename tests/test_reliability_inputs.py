@@ -748,6 +748,31 @@ def export_output_is_an_existing_file(env, tmp):
         r"output .*out\.txt is an existing file, not a directory"]
 
 
+def hf_export_with_config(env, tmp, **changes):
+    """An HF export of the shared model whose config.json then gets `changes`."""
+    out = tmp / "hf"
+    assert export(env.model_dir, out)() == 0
+    values = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(dict(values, **changes)))
+    return lambda: export_model.main(["--import-dir", str(out), "--format", "huggingface",
+                                      "--output", str(tmp / "imported")])
+
+
+@case
+def export_import_config_of_another_size(env, tmp):
+    # Used to import, and fail later in fine-tuning.
+    return hf_export_with_config(env, tmp, intermediate_size=128), [
+        r"hf/config\.json does not describe these weights", r"electra\.encoder\.layer\.0\."
+        r"intermediate\.dense\.weight is \[64, 32\], config implies \[128, 32\]"]
+
+
+@case
+def export_import_config_with_fewer_layers(env, tmp):
+    return hf_export_with_config(env, tmp, num_hidden_layers=1), [
+        r"hf/config\.json does not describe these weights", r"the weights have 2 layers, config "
+        r"num_hidden_layers is 1"]
+
+
 def tiny_sentencepiece(tmp) -> str:
     """A SentencePiece model small enough for the tiny model's vocab_size (32)."""
     from model import tokenization
