@@ -223,19 +223,20 @@ def bert_config_from_hf(values: dict, where: str = "config.json"
                               f"{values['position_embedding_type']!r} is not supported "
                               "(absolute only)")
     try:
-        config = modeling.BertConfig(
-            vocab_size=int(values["vocab_size"]),
-            hidden_size=int(values["hidden_size"]),
-            num_hidden_layers=int(values["num_hidden_layers"]),
-            num_attention_heads=int(values["num_attention_heads"]),
-            intermediate_size=int(values["intermediate_size"]),
+        # No int()/float() here: "12", 12.7 or true must be refused, not rounded (from_dict).
+        config = modeling.BertConfig.from_dict(dict(
+            vocab_size=values["vocab_size"],
+            hidden_size=values["hidden_size"],
+            num_hidden_layers=values["num_hidden_layers"],
+            num_attention_heads=values["num_attention_heads"],
+            intermediate_size=values["intermediate_size"],
             hidden_act=ACT_FROM_HF[act],
-            hidden_dropout_prob=float(values.get("hidden_dropout_prob", 0.1)),
-            attention_probs_dropout_prob=float(values.get("attention_probs_dropout_prob", 0.1)),
-            max_position_embeddings=int(values.get("max_position_embeddings", 512)),
-            type_vocab_size=int(values.get("type_vocab_size", 2)),
-            initializer_range=float(values.get("initializer_range", 0.02)),
-            embedding_size=int(values.get("embedding_size", values["hidden_size"])))
+            hidden_dropout_prob=values.get("hidden_dropout_prob", 0.1),
+            attention_probs_dropout_prob=values.get("attention_probs_dropout_prob", 0.1),
+            max_position_embeddings=values.get("max_position_embeddings", 512),
+            type_vocab_size=values.get("type_vocab_size", 2),
+            initializer_range=values.get("initializer_range", 0.02),
+            embedding_size=values.get("embedding_size", values["hidden_size"])), where=where)
     except KeyError as e:
         raise ConversionError(f"{where}: missing required key {e.args[0]!r}") from None
     return config, notes

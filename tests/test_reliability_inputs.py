@@ -11,14 +11,18 @@ RELIABILITY.md lists the cases by name.
 import gzip
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import time
 import types
+import typing
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import build_pretraining_dataset
 import configure_finetuning
@@ -29,7 +33,7 @@ import run_pretraining
 import score_text
 from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
-from util import distribution, io_utils
+from util import distribution, hparams, io_utils
 from util import training_utils as tu
 
 from tests.test_finetune_data import FIXTURES, write_fixtures
@@ -239,6 +243,44 @@ def pretrain_hparams_file_with_syntax_error(env, tmp):
 
 
 @case
+def pretrain_learning_rate_not_finite(env, tmp):
+    data = copy_data(env, tmp)
+    return (lambda: run_pretraining.main(["--data-dir", data, "--model-name", "m", "--hparams",
+                                          '{"learning_rate": NaN}'])), [
+        r"hparam 'learning_rate' must be a finite number, got nan"]
+
+
+@case
+def pretrain_negative_learning_rate(env, tmp):
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, learning_rate=-1e-3)), [
+        r"hparam 'learning_rate' must be > 0, got -0\.001"]
+
+
+@case
+def pretrain_mask_prob_that_masks_no_token(env, tmp):
+    # Used to be reported as max_predictions_per_seq, a key the user never set.
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, mask_prob=0.001)), [
+        r"hparam 'mask_prob' 0\.001 with max_seq_length 16 masks no token",
+        r"Raise mask_prob \(or max_seq_length\), or set max_predictions_per_seq"]
+
+
+@case
+def pretrain_override_of_the_wrong_type(env, tmp):
+    # true is an int in Python: it used to train a 1-layer model without a word.
+    overrides = dict(env.hparams["model_hparam_overrides"], num_hidden_layers=True)
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, model_hparam_overrides=overrides)), [
+        r"hparam 'model_hparam_overrides': num_hidden_layers must be an integer >= 1, got True"]
+
+
+@case
+def pretrain_override_of_zero_heads(env, tmp):
+    # Used to be a ZeroDivisionError.
+    overrides = dict(env.hparams["model_hparam_overrides"], num_attention_heads=0)
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, model_hparam_overrides=overrides)), [
+        r"hparam 'model_hparam_overrides': num_attention_heads must be an integer >= 1, got 0"]
+
+
+@case
 def pretrain_unknown_model_size(env, tmp):
     return pretrain(copy_data(env, tmp), model_size="huge"), [
         r"unknown model_size 'huge'; expected one of \['base', 'large', 'small'\]"]
@@ -421,7 +463,7 @@ def pretrain_keep_checkpoint_max_negative(env, tmp):
     copy_model(env, data, num_train_steps=4)
     return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4,
                                          keep_checkpoint_max=-1)), [
-        r"hparam 'keep_checkpoint_max' must be >= 0 \(0 keeps every checkpoint\), got -1"]
+        r"hparam 'keep_checkpoint_max' must be >= 0, got -1"]
 
 
 @case
@@ -476,6 +518,19 @@ def finetune_unknown_task(env, tmp):
 def finetune_unknown_hparam(env, tmp):
     return finetune(env, tmp, num_train_epoch=2.0), [
         r"Unknown hparam 'num_train_epoch'; did you mean num_train_epochs"]
+
+
+@case
+def finetune_dropout_out_of_range(env, tmp):
+    return finetune(env, tmp, model_hparam_overrides={"hidden_dropout_prob": 1.0}), [
+        r"hparam 'model_hparam_overrides': hidden_dropout_prob must be a number in \[0, 1\), "
+        r"got 1\.0"]
+
+
+@case
+def finetune_layerwise_lr_decay_out_of_range(env, tmp):
+    return finetune(env, tmp, layerwise_lr_decay=1.5), [
+        r"hparam 'layerwise_lr_decay' must be in \[0, 1\], got 1\.5"]
 
 
 @case
@@ -822,6 +877,111 @@ def test_the_catalogue_is_large_and_covers_every_command():
     commands = {name.split("_")[0] for name in CASES}
     assert commands == {"build", "pretrain", "finetune", "export", "score"}
     assert len(CASES) >= 30
+
+
+# -- every hparam, every wrong type and out-of-range value (property test) --------------------
+
+
+def _bad_values(annotation, valid) -> st.SearchStrategy:
+    """Values of the wrong type for `annotation`, or outside `valid` (non-finite for floats)."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    optional = union and type(None) in typing.get_args(annotation)
+    base = next(a for a in typing.get_args(annotation) if a is not type(None)) if union \
+        else annotation
+    origin = typing.get_origin(base) or base
+    wrong = {
+        int: [st.text(max_size=4), st.floats(), st.booleans(), st.lists(st.integers(), max_size=2)],
+        float: [st.text(max_size=4), st.booleans(), st.lists(st.floats(), max_size=2), st.just({})],
+        bool: [st.integers(), st.text(max_size=4), st.floats(), st.just([True])],
+        str: [st.integers(), st.booleans(), st.floats(), st.lists(st.text(max_size=3), max_size=2)],
+        list: [st.text(max_size=4), st.integers(), st.lists(st.integers(), min_size=1, max_size=2)],
+        dict: [st.text(max_size=4), st.integers(), st.lists(st.integers(), max_size=2)],
+    }[origin]
+    if not optional:
+        wrong.append(st.none())
+    out = []
+    if origin is float:
+        out.append(st.sampled_from([math.nan, math.inf, -math.inf]))
+    if isinstance(valid, hparams.Range):
+        number = st.integers if origin is int else st.floats
+        if valid.lo is not None:
+            out.append(number(max_value=valid.lo, allow_nan=False, allow_infinity=False)
+                       if origin is float else number(max_value=valid.lo - (not valid.lo_open)))
+            if origin is float and not valid.lo_open:
+                out[-1] = out[-1].filter(lambda x, lo=valid.lo: x < lo)
+        if valid.hi is not None:
+            out.append(number(min_value=valid.hi, allow_nan=False, allow_infinity=False)
+                       if origin is float else number(min_value=valid.hi + (not valid.hi_open)))
+            if origin is float and not valid.hi_open:
+                out[-1] = out[-1].filter(lambda x, hi=valid.hi: x > hi)
+    if isinstance(valid, hparams.OneOf):
+        out.append(st.text(max_size=8).filter(lambda x: x not in valid.choices))
+    return st.one_of(*wrong, *out)
+
+
+def _bad_override() -> st.SearchStrategy:
+    """model_hparam_overrides with one architecture value of the wrong type or out of range."""
+    sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+             "intermediate_size", "max_position_embeddings", "type_vocab_size", "embedding_size"]
+    size_bad = st.one_of(st.text(max_size=3), st.floats(), st.booleans(),
+                         st.integers(max_value=0), st.lists(st.integers(), max_size=1))
+    prob_bad = st.one_of(st.text(max_size=3), st.booleans(), st.none(),
+                         st.floats().filter(lambda x: not 0 <= x < 1))
+    return st.one_of(
+        st.builds(lambda k, v: {k: v}, st.sampled_from(sizes), size_bad),
+        st.builds(lambda k, v: {k: v}, st.sampled_from(["hidden_dropout_prob",
+                                                        "attention_probs_dropout_prob"]), prob_bad),
+        st.builds(lambda v: {"initializer_range": v},
+                  st.one_of(st.floats().filter(lambda x: not x > 0 or x == math.inf),
+                            st.text(max_size=3), st.none())),
+        st.builds(lambda v: {"hidden_act": v}, st.one_of(st.integers(), st.none(),
+                                                         st.sampled_from(["nope", ""]))))
+
+
+def _bad_hparams(config_class) -> st.SearchStrategy:
+    hints = typing.get_type_hints(config_class)
+    valid = config_class.valid_values()
+    per_key = [st.tuples(st.just(k), _bad_values(hints[k], valid[k])) for k in valid]
+    per_key.append(st.tuples(st.just("model_hparam_overrides"), _bad_override()))
+    return st.one_of(*per_key)
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_every_hparam_of_the_wrong_type_or_out_of_range_is_refused_with_exit_2(
+        command, tmp_path_factory):
+    """Exit 2 and a message naming the key, never a traceback, for each hparam of both configs
+    given a value of another type, outside its valid range, or not finite; model_hparam_overrides
+    values too."""
+    from configure_finetuning import FinetuningConfig
+    data = str(tmp_path_factory.mktemp("nowhere"))  # refused before any file is read
+    config_class, main = ((PretrainingConfig, run_pretraining.main) if command == "pretrain"
+                          else (FinetuningConfig, run_finetuning.main))
+    seen = set()
+
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(_bad_hparams(config_class))
+    def check(item):
+        key, value = item
+        seen.add(key)
+        values = {key: value}
+        if command == "finetune" and key != "task_names":
+            values["task_names"] = ["sst"]
+        with pytest.raises(hparams.HParamError) as e:
+            config_class.from_hparams("m", data, values)
+        assert key in str(e.value) or (key == "max_seq_length" and "mask_prob" in str(e.value)), \
+            str(e.value)
+        try:
+            code = main(["--data-dir", data, "--model-name", "m", "--hparams",
+                         json.dumps(values, allow_nan=True)])
+        except Exception as error:  # noqa: BLE001 -- the property: none escapes main
+            raise AssertionError(f"{values}: traceback instead of exit 2: {error!r}") from error
+        assert code == 2, values
+
+    check()
+    # Every hparam was tried (the strategies draw keys uniformly).
+    assert seen >= set(config_class.valid_values()) - {"model_name", "data_dir"} | {
+        "model_hparam_overrides"}, sorted(set(config_class.valid_values()) - seen)
 
 
 # -- the test -------------------------------------------------------------------------------
