@@ -866,6 +866,22 @@ def score_text_wrong_vocab_for_the_checkpoint(env, tmp):
         r"vocab_size 32"]
 
 
+def _score_text_max_seq_length(value, patterns):
+    def make(env, tmp):
+        return (lambda: score_text.main(["--model-dir", env.model_dir, "--max-seq-length",
+                                         value, "w1 w2 w3"])), patterns
+    make.__name__ = f"score_text_max_seq_length_{value.replace('-', 'minus_')}"
+    return case(make)
+
+
+# 1, -5 and 0 were accepted (0 silently meaning the default); above the positions, clipped.
+for _value in ("1", "-5", "0"):
+    _score_text_max_seq_length(_value, [
+        rf"--max-seq-length must be at least 3 \(\[CLS\], a token, \[SEP\]\), got {_value}"])
+_score_text_max_seq_length("33", [
+    r"--max-seq-length 33 exceeds the model's max_position_embeddings \(32, .*models/tiny\)"])
+
+
 @case
 def score_text_missing_checkpoint(env, tmp):
     return (lambda: score_text.main(["--model-dir", env.model_dir, "--checkpoint",
