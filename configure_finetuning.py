@@ -10,8 +10,8 @@ from typing import Any
 
 from model import modeling, tokenization
 from util.distribution import STRATEGIES
-from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, HParams, OneOf,
-                          Range, hp)
+from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, HParamError,
+                          HParams, OneOf, Range, hp)
 
 # Table 7: learning rate and layer-wise decay per model size; small also uses embedding size 128.
 SIZE_DEFAULTS = {
@@ -152,7 +152,9 @@ class FinetuningConfig(HParams):
     def _finalize(self) -> None:
         pretrained_dir = os.path.join(self.data_dir, "models", self.model_name)
         tasks = ",".join(self.task_names)
-        self.raw_data_dir = self.raw_data_dir or os.path.join(self.data_dir, "finetuning_data", "{task}")
+        # A str.format pattern: braces of the data dir itself are doubled to stay literal.
+        literal = self.data_dir.replace("{", "{{").replace("}", "}}")
+        self.raw_data_dir = self.raw_data_dir or os.path.join(literal, "finetuning_data", "{task}")
         if self.vocab_file is None:
             self.vocab_file = (tokenization.find_vocab_file(pretrained_dir)
                                or tokenization.find_vocab_file(self.data_dir)
@@ -174,7 +176,12 @@ class FinetuningConfig(HParams):
         self.validate()
 
     def task_data_dir(self, task_name: str) -> str:
-        return self.raw_data_dir.format(task=task_name)
+        try:
+            return self.raw_data_dir.format(task=task_name)
+        except (KeyError, IndexError, ValueError) as e:
+            raise HParamError(
+                f"hparam raw_data_dir {self.raw_data_dir!r} is not a pattern with {{task}} ({e!r}); "
+                "double any other brace: {{ }}") from None
 
     def validate(self) -> None:
         self.check_values()  # types and ranges of each hparam (valid= of its field)

@@ -5,6 +5,7 @@ defaults, then the user's hparams, then what they imply (model size per Table 6 
 debug mode, paths), then the user's hparams again so they always win.
 """
 import dataclasses
+import glob
 import os
 from typing import Any
 
@@ -160,8 +161,9 @@ class PretrainingConfig(HParams):
 
     def _finalize(self) -> None:
         d = self.data_dir
+        # A glob: the data dir's own [ ] * ? must match literally.
         self.pretrain_tfrecords = self.pretrain_tfrecords or os.path.join(
-            d, "pretrain_tfrecords", "pretrain_data.tfrecord*")
+            glob.escape(d), "pretrain_tfrecords", "pretrain_data.tfrecord*")
         self.vocab_file = self.vocab_file or os.path.join(d, "vocab.txt")
         self.model_dir = self.model_dir or os.path.join(d, "models", self.model_name)
         results_dir = os.path.join(self.model_dir, "results")

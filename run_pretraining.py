@@ -342,6 +342,10 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         except tf.errors.DataLossError as e:
             raise record_check.damaged_file_error(files.eval, e, "held-out tfrecord file") \
                 from None
+        if available == 0 and config.eval_tfrecords:
+            raise ValueError(f"hparam eval_tfrecords={config.eval_tfrecords!r} matches "
+                             f"{'no file' if not files.eval else 'only empty files'}; do_eval and "
+                             "eval_every_steps need held-out data there")
         if available == 0:
             raise ValueError("do_eval and eval_every_steps need held-out data: set hparam "
                              "eval_tfrecords, or build the data with held-out shards "
@@ -350,6 +354,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         if available < needed:
             log.info("held-out set has %d examples; %d eval batches of %d reuse some of them",
                      available, config.num_eval_steps, config.eval_batch_size)
+    checkpoint.check_path(config.model_dir, "model dir")
     if chief and config.do_train:
         ok, reason = tu.is_writable_dir(config.model_dir)
         if not ok:

@@ -33,7 +33,7 @@ import run_pretraining
 import score_text
 from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
-from util import distribution, hparams, io_utils
+from util import checkpoint, distribution, hparams, io_utils
 from util import training_utils as tu
 
 from tests.test_finetune_data import FIXTURES, write_fixtures
@@ -391,6 +391,25 @@ def pretrain_resume_with_another_vocab_of_the_same_size(env, tmp):
 
 
 @case
+def pretrain_data_glob_matches_non_tfrecords(env, tmp):
+    # A catch-all glob took metadata.json too: a DataLossError traceback.
+    data = copy_data(env, tmp)
+    pattern = os.path.join(data, "pretrain_tfrecords", "*")
+    return pretrain(data, **dict(env.hparams, pretrain_tfrecords=pattern)), [
+        r"hparam pretrain_tfrecords='.*pretrain_tfrecords/\*' matches 1 file\(s\) that are not "
+        r"TFRecord files: .*metadata\.json; narrow the pattern"]
+
+
+@case
+def pretrain_eval_tfrecords_match_nothing(env, tmp):
+    # The message used to say to set eval_tfrecords, which was set.
+    data = copy_data(env, tmp)
+    return pretrain(data, **dict(env.hparams, do_eval=True,
+                                 eval_tfrecords=os.path.join(data, "heldout*"))), [
+        r"hparam eval_tfrecords='.*heldout\*' matches no file"]
+
+
+@case
 def pretrain_tfrecords_of_another_length(env, tmp):
     return pretrain(copy_data(env, tmp), **dict(env.hparams, max_seq_length=24)), [
         r"pretrain_tfrecords were built with max_seq_length 16 \(.*metadata\.json\) but hparam "
@@ -467,6 +486,14 @@ def pretrain_keep_checkpoint_max_negative(env, tmp):
 
 
 @case
+def pretrain_model_dir_with_a_bracket(env, tmp):
+    # Training used to save checkpoints there that no run could read back.
+    return pretrain(copy_data(env, tmp), "m[0]", **env.hparams), [
+        r"model dir .*models/m\[0\] contains '\[': TensorFlow's checkpoint reader takes it for "
+        r"a glob pattern"]
+
+
+@case
 def pretrain_model_dir_is_a_file(env, tmp):
     data = copy_data(env, tmp)
     os.makedirs(os.path.join(data, "models"))
@@ -531,6 +558,13 @@ def finetune_dropout_out_of_range(env, tmp):
 def finetune_layerwise_lr_decay_out_of_range(env, tmp):
     return finetune(env, tmp, layerwise_lr_decay=1.5), [
         r"hparam 'layerwise_lr_decay' must be in \[0, 1\], got 1\.5"]
+
+
+@case
+def finetune_raw_data_dir_with_a_stray_brace(env, tmp):
+    # Used to be a KeyError traceback from str.format.
+    return finetune(env, tmp, raw_data_dir=str(tmp / "{tsk}")), [
+        r"hparam raw_data_dir '.*\{tsk\}' is not a pattern with \{task\}"]
 
 
 @case
@@ -893,6 +927,26 @@ def test_the_catalogue_is_large_and_covers_every_command():
     commands = {name.split("_")[0] for name in CASES}
     assert commands == {"build", "pretrain", "finetune", "export", "score"}
     assert len(CASES) >= 30
+
+
+# -- paths that must work as given -------------------------------------------------------------
+
+
+def test_data_and_model_paths_with_glob_comma_and_brace_characters_work(env, tmp_path):
+    """* ? ] , { } in a data dir or model name are literal: the default tfrecord glob, the
+    comma-separated pattern list and the {task} pattern used to find nothing or raise a KeyError.
+    ('[' is refused: TensorFlow's checkpoint reader cannot read under it; catalogue case.)"""
+    odd = tmp_path / "d] {x},y*?"
+    shutil.copytree(env.data_dir, odd, ignore=shutil.ignore_patterns("models"))
+    assert pretrain(odd, "m{0}*", **dict(env.hparams, num_train_steps=2))() == 0
+    assert checkpoint.latest_valid(str(odd / "models" / "m{0}*")).endswith("model.ckpt-2")
+    write_fixtures(odd, tasks={"sst"})
+    values = dict(task_names=["sst"], vocab_size=fx.VOCAB_SIZE, max_seq_length=16,
+                  train_batch_size=4, eval_batch_size=4, predict_batch_size=4,
+                  num_train_epochs=1.0)
+    assert run_finetuning.main(["--data-dir", str(odd), "--model-name", "m{0}*", "--hparams",
+                                json.dumps(values)]) == 0
+    assert os.path.isfile(odd / "models" / "m{0}*" / "results" / "sst_results.json")
 
 
 # -- every hparam, every wrong type and out-of-range value (property test) --------------------

@@ -32,6 +32,15 @@ class UnreadableCheckpointsError(ValueError):
     """A directory holds checkpoints but none of them reads back."""
 
 
+def check_path(path: str, what: str = "checkpoint path") -> None:
+    """Refuses a checkpoint path TensorFlow cannot read back: its reader takes '[' in a prefix
+    for a glob pattern and then finds nothing (saving works; every restore would fail)."""
+    if "[" in os.path.abspath(path):
+        raise ValueError(f"{what} {path} contains '[': TensorFlow's checkpoint reader takes it "
+                         "for a glob pattern and cannot read checkpoints there; use a path "
+                         "without '['")
+
+
 def checkpoint_name(variable: tf.Variable) -> str:
     """The name a variable is saved under: its tf name without the ':0' suffix."""
     name = variable.name
@@ -45,6 +54,7 @@ def _files_of(prefix: str) -> list[str]:
 
 def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> str:
     """Writes `tensors` (name -> value) as checkpoint `prefix`, atomically."""
+    check_path(prefix)
     directory = os.path.dirname(os.path.abspath(prefix))
     os.makedirs(directory, exist_ok=True)
     tmp_prefix = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(prefix)}")
@@ -126,6 +136,7 @@ def latest_valid(directory: str, strict: bool = False) -> str | None:
     UnreadableCheckpointsError instead of returning None (resuming would silently restart
     from step 0 and later prune them).
     """
+    check_path(directory, "checkpoint directory")
     reasons = []
     for prefix in _candidates(directory):
         ok, reason = is_readable(prefix)
@@ -149,6 +160,7 @@ def _step_of(prefix: str) -> int:
 
 def resolve(path: str) -> str:
     """A checkpoint prefix from a prefix or a directory (its newest readable checkpoint)."""
+    check_path(path)
     if os.path.isdir(path):
         prefix = latest_valid(path)
         if prefix is None:
@@ -204,6 +216,7 @@ class CheckpointManager:
         if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 0:
             raise ValueError(f"max_to_keep must be an int >= 0 (0 keeps every checkpoint), got "
                              f"{max_to_keep!r}")
+        check_path(directory, "checkpoint directory")
         self.directory = directory
         self.max_to_keep = max_to_keep
         self.basename = basename
