@@ -69,6 +69,9 @@ def snapshot(*roots) -> dict[str, str]:
         for directory, _, names in os.walk(root):
             for name in names:
                 path = os.path.join(directory, name)
+                if os.path.islink(path):  # possibly dangling: the link itself is the content
+                    digests[path] = "link to " + os.readlink(path)
+                    continue
                 with open(path, "rb") as f:
                     digests[path] = hashlib.sha256(f.read()).hexdigest()
     return digests
@@ -169,6 +172,13 @@ def build_truncated_gzip(env, tmp):
     packed = gzip.compress((GOOD_TEXT * 50).encode())
     return build(tmp, {"a.txt": GOOD_TEXT, "part.txt.gz": packed[:len(packed) // 2]}), [
         r"part\.txt\.gz"]
+
+
+@case
+def build_broken_symlink_in_corpus(env, tmp):
+    act = build(tmp, {"a.txt": GOOD_TEXT})
+    os.symlink(tmp / "gone.txt", tmp / "corpus" / "b.txt")
+    return act, [r"--corpus-dir: b\.txt is a broken symbolic link \(to .*gone\.txt\)"]
 
 
 @case
@@ -947,6 +957,21 @@ def test_data_and_model_paths_with_glob_comma_and_brace_characters_work(env, tmp
     assert run_finetuning.main(["--data-dir", str(odd), "--model-name", "m{0}*", "--hparams",
                                 json.dumps(values)]) == 0
     assert os.path.isfile(odd / "models" / "m{0}*" / "results" / "sst_results.json")
+
+
+def test_symlinked_corpus_directories_are_read_once(tmp_path):
+    """A symlinked sub-directory used to be skipped without a word; a link loop is read once."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.txt").write_text(GOOD_TEXT * 20)
+    act = build(tmp_path, {})
+    os.symlink(elsewhere, tmp_path / "corpus" / "linked")
+    os.symlink(tmp_path / "corpus", elsewhere / "loop")
+    assert act() == 0
+    metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert metadata["num_examples"] > 0
+    files = build_pretraining_dataset.corpus.find_input_files(str(tmp_path / "corpus"))
+    assert [f.relpath for f in files] == ["linked/a.txt"]
 
 
 # -- every hparam, every wrong type and out-of-range value (property test) --------------------
