@@ -271,8 +271,8 @@ def export_saved_model(md: model_dir_lib.ModelDir, output: str, overwrite: bool 
 
 def read_safetensors(directory: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """All tensors (numpy) and the metadata of model.safetensors (or its shards)."""
+    from safetensors import SafetensorError, safe_open
     from safetensors import numpy as st_numpy
-    from safetensors import safe_open
 
     index = os.path.join(directory, SAFETENSORS_INDEX)
     if os.path.isfile(index):
@@ -294,6 +294,9 @@ def read_safetensors(directory: str) -> tuple[dict[str, np.ndarray], dict[str, s
             tensors.update(st_numpy.load_file(path))
             with safe_open(path, framework="numpy") as f:
                 metadata.update(f.metadata() or {})
+        except SafetensorError as e:  # a truncated or partial download, another format
+            raise ValueError(f"{path} is damaged or not a safetensors file ({e}); download or "
+                             "save it again") from None
         except (TypeError, ValueError) as e:  # e.g. bfloat16, which numpy cannot hold
             raise ValueError(f"{path}: cannot read as numpy ({e}); save the model in float32 "
                              "or float16") from None

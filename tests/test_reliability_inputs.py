@@ -858,6 +858,16 @@ def hf_export_with_config(env, tmp, **changes):
 
 
 @case
+def export_import_of_a_truncated_safetensors(env, tmp):
+    # Used to be a SafetensorError traceback.
+    act = hf_export_with_config(env, tmp)
+    weights = tmp / "hf" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    return act, [r"hf/model\.safetensors is damaged or not a safetensors file \(.*incomplete",
+                 r"download or save it again"]
+
+
+@case
 def export_import_config_of_another_size(env, tmp):
     # Used to import, and fail later in fine-tuning.
     return hf_export_with_config(env, tmp, intermediate_size=128), [
