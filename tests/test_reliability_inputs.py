@@ -212,6 +212,24 @@ def build_max_seq_length_too_small(env, tmp):
 
 
 @case
+def build_while_another_build_writes_there(env, tmp):
+    # Two builds into one output dir removed each other's temporaries: FileNotFoundError.
+    (tmp / "out").mkdir()
+    lock = tu.RunLock(str(tmp / "out"), filename=".build.lock")
+    with open(lock.path, "w") as f:
+        json.dump({"pid": os.getppid(), "host": lock.host, "started": time.time()}, f)
+    return build(tmp, {"a.txt": GOOD_TEXT}), [
+        rf"out is in use by another run \(pid {os.getppid()} on host {re.escape(lock.host)}, "
+        r"lock file .*\.build\.lock\)"]
+
+
+@case
+def build_output_dir_is_a_file(env, tmp):
+    (tmp / "out").write_text("not a directory")
+    return build(tmp, {"a.txt": GOOD_TEXT}), [r"--output-dir .*out is an existing file"]
+
+
+@case
 def build_over_output_of_other_settings(env, tmp):
     # A finished build exists; re-running with other settings must not touch its shards.
     assert build(tmp, {"a.txt": GOOD_TEXT * 20})() == 0
