@@ -25,6 +25,7 @@ import time
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
+from model import model_dir as model_dir_lib
 from model import probing, tokenization
 from pretrain import input_pipeline
 from pretrain.masking import SpecialIds
@@ -157,6 +158,22 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
             shutil.copyfileobj(src, dst)
 
 
+def check_init_is_not_finetuned(path: str) -> None:
+    """Refuses a fine-tuning trial as init_checkpoint by name (it used to be reported only as
+    a list of missing variables: it has task heads but no generator or discriminator head)."""
+    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    trial_config = os.path.join(directory, model_dir_lib.FINETUNE_CONFIG_FILE)
+    if not os.path.isfile(trial_config):
+        return
+    settings = io_utils.read_json(trial_config).get("training_settings") or {}
+    source = settings.get("init_checkpoint") if isinstance(settings, dict) else None
+    raise HParamError(
+        f"init_checkpoint {path} is a fine-tuned model ({trial_config}): it has task heads but "
+        "no generator or discriminator head, so pre-training would start those from scratch. "
+        "Give the pre-trained model it was fine-tuned from"
+        + (f" ({source})" if isinstance(source, str) and source else ""))
+
+
 def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
     """Resumes from the model dir's newest readable checkpoint, else applies init_checkpoint."""
     latest = (checkpoint.latest_valid(config.model_dir, strict=True)
@@ -174,7 +191,14 @@ def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
                      config.init_checkpoint)
         return f"resumed from {latest} at step {trainer.global_step}"
     if config.init_checkpoint:
+        check_init_is_not_finetuned(config.init_checkpoint)
         report = trainer.init_from(config.init_checkpoint, config.init_checkpoint_keep_step)
+        heads = sorted({n.split("/")[1] for n in report.unused if n.startswith("task_specific/")})
+        if heads and report.missing:
+            raise HParamError(
+                f"init_checkpoint {report.path} is a fine-tuned model (task heads {heads}) "
+                f"without {len(report.missing)} of the pre-training variables (generator, "
+                "discriminator head): give the pre-trained model it was fine-tuned from")
         if report.missing:
             log.warning("init_checkpoint lacks %d model variables (kept at their initial values): "
                         "%s", len(report.missing), ", ".join(report.missing[:10]))

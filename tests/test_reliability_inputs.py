@@ -484,6 +484,37 @@ def pretrain_init_checkpoint_of_another_size(env, tmp):
         r"the model expects", r"another model size"]
 
 
+def fake_trial(env, tmp, with_config=True) -> str:
+    """A fine-tuning trial dir of the shared model: its encoder, an sst head, finetune_config."""
+    trial = tmp / "sst_model_1"
+    tensors = {n: v for n, v in checkpoint.read_all(env.model_dir).items()
+               if n.startswith("electra/") and not n.endswith(("adam_m", "adam_v"))}
+    tensors["task_specific/sst/dense/kernel"] = np.zeros([32, 2], np.float32)
+    tensors["task_specific/sst/dense/bias"] = np.zeros([2], np.float32)
+    checkpoint.CheckpointManager(str(trial)).save(tensors, 3)
+    if with_config:
+        (trial / "finetune_config.json").write_text(json.dumps(
+            {"init": "pretrained", "training_settings": {"init_checkpoint": env.model_dir}}))
+    return str(trial)
+
+
+@case
+def pretrain_init_checkpoint_is_a_finetuned_trial(env, tmp):
+    # Used to be reported as a list of missing variables, and to train on.
+    trial = fake_trial(env, tmp)
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, init_checkpoint=trial)), [
+        r"init_checkpoint .*sst_model_1 is a fine-tuned model \(.*finetune_config\.json\)",
+        rf"Give the pre-trained model it was fine-tuned from \({re.escape(env.model_dir)}\)"]
+
+
+@case
+def pretrain_init_checkpoint_is_a_finetuned_checkpoint(env, tmp):
+    trial = fake_trial(env, tmp, with_config=False)
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, init_checkpoint=trial)), [
+        r"init_checkpoint .*sst_model_1/model\.ckpt-3 is a fine-tuned model \(task heads "
+        r"\['sst'\]\) without \d+ of the pre-training variables"]
+
+
 @case
 def pretrain_init_checkpoint_missing(env, tmp):
     return pretrain(copy_data(env, tmp), **dict(env.hparams, init_checkpoint=str(tmp / "no"))), [
