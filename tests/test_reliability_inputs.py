@@ -206,6 +206,25 @@ def build_vocab_token_twice(env, tmp):
 
 
 @case
+def build_sentencepiece_model_as_wordpiece_vocab(env, tmp):
+    # A binary .model under another name used to be reported as a token listed twice.
+    vocab = tmp / "spm_vocab.txt"
+    shutil.copy(tiny_sentencepiece(tmp), vocab)
+    return build(tmp, {"a.txt": GOOD_TEXT}, str(vocab)), [
+        r"spm_vocab\.txt is a SentencePiece model, not a WordPiece vocab\.txt",
+        r"under a name ending in \.model"]
+
+
+@case
+def build_sentencepiece_vocab_listing_as_wordpiece_vocab(env, tmp):
+    # The .vocab listing beside a .model used to be reported as missing [MASK] etc.
+    spm = tiny_sentencepiece(tmp)
+    return build(tmp, {"a.txt": GOOD_TEXT}, spm[:-len(".model")] + ".vocab"), [
+        r"spm\.vocab is a SentencePiece \.vocab listing \(piece and score per line\), not a "
+        r"WordPiece vocab\.txt"]
+
+
+@case
 def build_max_seq_length_too_small(env, tmp):
     return build(tmp, {"a.txt": GOOD_TEXT}, None, "--max-seq-length", "3"), [
         r"--max-seq-length must be at least 5"]
