@@ -141,6 +141,8 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
         log.info("hparams accepted for compatibility but without effect here: %s",
                  ", ".join(unused))
     checkpoint.check_path(config.model_dir, "model dir")
+    config.check_output_paths(["results_txt", "results_json"],
+                              ["preprocessed_data_dir", "test_predictions_dir", "qa_dir"])
     strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                           config.gcp_project)
     tokenizer = task_builder.build_tokenizer(config)

@@ -379,6 +379,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
             log.info("held-out set has %d examples; %d eval batches of %d reuse some of them",
                      available, config.num_eval_steps, config.eval_batch_size)
     checkpoint.check_path(config.model_dir, "model dir")
+    config.check_output_paths(["results_txt", "results_json"], [])
     if chief and config.do_train:
         ok, reason = tu.is_writable_dir(config.model_dir)
         if not ok:

@@ -646,6 +646,21 @@ def finetune_raw_data_dir_with_a_stray_brace(env, tmp):
 
 
 @case
+def finetune_results_file_is_a_directory(env, tmp):
+    # The write used to fail only after every trial had trained.
+    (tmp / "results_dir").mkdir()
+    return finetune(env, tmp, results_json=str(tmp / "results_dir")), [
+        r"hparam 'results_json' is .*results_dir, an existing directory; it names a file"]
+
+
+@case
+def finetune_feature_cache_dir_is_a_file(env, tmp):
+    (tmp / "cache").write_text("a file")
+    return finetune(env, tmp, preprocessed_data_dir=str(tmp / "cache")), [
+        r"hparam 'preprocessed_data_dir' is .*cache, an existing file; it names a directory"]
+
+
+@case
 def finetune_malformed_glue_row(env, tmp):
     return finetune(env, tmp, tasks=("rte",), files={"rte": {
         "train.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\tonly two\n"}}), [

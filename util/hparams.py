@@ -189,6 +189,20 @@ class HParams:
             if valid is not None and not valid.ok(value):
                 raise HParamError(f"hparam {f.name!r} must be {valid}, got {value!r}")
 
+    def check_output_paths(self, files: list[str], dirs: list[str]) -> None:
+        """Refuses, before any work, output hparams naming a directory where a file is written
+        (`files`) or a file where a directory is (`dirs`): the write would fail at the end."""
+        for key in files:
+            path = getattr(self, key)
+            if path and os.path.isdir(path):
+                raise HParamError(f"hparam {key!r} is {path}, an existing directory; it names a "
+                                  "file to write")
+        for key in dirs:
+            path = getattr(self, key)
+            if path and os.path.exists(path) and not os.path.isdir(path):
+                raise HParamError(f"hparam {key!r} is {path}, an existing file; it names a "
+                                  "directory to write in")
+
     @classmethod
     def valid_values(cls) -> dict[str, Range | OneOf | None]:
         """name -> the values the hparam accepts (None: any of its type)."""
