@@ -2,7 +2,9 @@
 
 Both configure_pretraining.py and configure_finetuning.py build on `HParams`: fields are declared
 as dataclass fields with defaults; `update()` refuses unknown keys (suggesting the closest valid
-names) and values of the wrong type (naming key, expected type and value).
+names) and values of the wrong type (naming key, expected type and value); `check_values()`
+refuses numbers that are not finite or outside the `valid` range a field declares (`hp(...,
+valid=Range(...) or OneOf(...))`), before anything is derived from them.
 """
 import dataclasses
 import difflib
