@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 from pretrain import corpus, dataset_builder
+from util import training_utils
 
 _TRUE = {"true", "t", "yes", "y", "1", "on"}
 _FALSE = {"false", "f", "no", "n", "0", "off"}
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         skip_bad_files=args.skip_bad_files, show_progress=args.show_progress)
     try:
         dataset_builder.build_dataset(config)
-    except (dataset_builder.BuildError, corpus.CorpusError, ValueError) as e:
+    except (dataset_builder.BuildError, corpus.CorpusError, ValueError, OSError,
+            training_utils.RunLockError) as e:  # OSError: unwritable or full output dir
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -9,7 +9,9 @@ import os
 from typing import Any
 
 from model import modeling, tokenization
-from util.hparams import HParams, hp
+from util.distribution import STRATEGIES
+from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, HParamError,
+                          HParams, OneOf, Range, hp)
 
 # Table 7: learning rate and layer-wise decay per model size; small also uses embedding size 128.
 SIZE_DEFAULTS = {
@@ -27,66 +29,96 @@ class FinetuningConfig(HParams):
     data_dir: str = hp("", "directory holding finetuning_data/<task>/ and models/")
     debug: bool = hp(False, "quick run: random init, 1 trial, no tfrecord cache")
     log_examples: bool = hp(False, "print a few featurized training examples")
-    num_trials: int = hp(1, "train+eval runs with different seeds; each reported and the median")
+    num_trials: int = hp(1, "train+eval runs with different seeds; each reported and the median",
+                         valid=AT_LEAST_ONE)
     do_train: bool = hp(True, "train a model")
     do_eval: bool = hp(True, "evaluate on the dev set")
     keep_all_models: bool = hp(True, "false: keep only the last trial's checkpoint")
-    seed: int = hp(0, "base seed; trial t uses seed + t")
+    seed: int = hp(0, "base seed; trial t uses seed + t",
+                   valid=SEED)
 
     # model
-    model_size: str = hp("small", "one of small, base, large")
-    task_names: list = hp(["chunk"], "tasks to learn, e.g. [\"sst\"] or [\"mnli\", \"rte\"]")
+    model_size: str = hp("small", "one of small, base, large",
+                         valid=OneOf(tuple(SIZE_DEFAULTS)))
+    task_names: list[str] = hp(["chunk"], "tasks to learn, e.g. [\"sst\"] or [\"mnli\", \"rte\"]")
     model_hparam_overrides: dict = hp({}, "bert_config keys that override the model size's architecture")
-    embedding_size: int | None = hp(None, "token embedding size (hidden size by default; 128 for small)")
-    vocab_size: int = hp(30522, "number of tokens in the vocabulary")
+    embedding_size: int | None = hp(None, "token embedding size (hidden size by default; 128 for small)",
+                                    valid=AT_LEAST_ONE)
+    vocab_size: int = hp(30522, "number of tokens in the vocabulary",
+                         valid=AT_LEAST_ONE)
     do_lower_case: bool = hp(True, "lower-case the input text")
-    compute_dtype: str = hp("float32", "float32, bfloat16 or float16 compute (weights stay float32)")
+    compute_dtype: str = hp("float32", "float32, bfloat16 or float16 compute (weights stay float32)",
+                            valid=OneOf(tuple(sorted(modeling.COMPUTE_DTYPES))))
     use_xla: bool | None = hp(None, "compile the train step with XLA; null: on for GPU/TPU, off on CPU")
-    strategy: str = hp("default", "default (one device), mirrored (local GPUs), multi_worker, tpu")
+    strategy: str = hp("default", "default (one device), mirrored (local GPUs), multi_worker, tpu",
+                       valid=OneOf(STRATEGIES))
 
     # training
-    learning_rate: float = hp(1e-4, "peak learning rate (Table 7: 3e-4 small, 1e-4 base, 5e-5 large)")
-    weight_decay_rate: float = hp(0.01, "decoupled weight decay")
-    layerwise_lr_decay: float = hp(0.8, "layer-wise learning-rate decay (0.8 small/base, 0.9 large); 0 disables")
+    learning_rate: float = hp(1e-4, "peak learning rate (Table 7: 3e-4 small, 1e-4 base, 5e-5 large)",
+                              valid=POSITIVE)
+    weight_decay_rate: float = hp(0.01, "decoupled weight decay",
+                                  valid=NON_NEGATIVE)
+    layerwise_lr_decay: float = hp(0.8, "layer-wise learning-rate decay (0.8 small/base, 0.9 large); 0 disables",
+                                   valid=PROBABILITY)
     layerwise_lr_decay_official: bool = hp(True, "true reproduces the official depth mapping (exponent off by one); false corrects it")
     adam_bias_correction: bool = hp(False, "true: Adam with bias correction; false reproduces the official update")
     lr_decay_after_warmup: bool = hp(False, "true: decay starts after warm-up; false reproduces the official schedule")
-    num_train_epochs: float = hp(3.0, "passes over the training set (10 for rte/sts, 2 for QA)")
-    warmup_proportion: float = hp(0.1, "fraction of training spent warming up the learning rate")
-    clip_norm: float = hp(1.0, "global-norm gradient clipping")
-    save_checkpoints_steps: int = hp(1000000, "checkpoint a trial every this many steps")
-    iterations_per_loop: int = hp(1000, "steps per host loop")
+    num_train_epochs: float = hp(3.0, "passes over the training set (10 for rte/sts, 2 for QA)",
+                                 valid=POSITIVE)
+    warmup_proportion: float = hp(0.1, "fraction of training spent warming up the learning rate",
+                                  valid=PROBABILITY)
+    clip_norm: float = hp(1.0, "global-norm gradient clipping",
+                          valid=POSITIVE)
+    save_checkpoints_steps: int = hp(1000000, "checkpoint a trial every this many steps",
+                                     valid=AT_LEAST_ONE)
+    iterations_per_loop: int = hp(1000, "steps per host loop",
+                                  valid=AT_LEAST_ONE)
     use_tfrecords_if_existing: bool = hp(True, "reuse cached featurized tfrecords when their key matches")
-    max_train_examples: int | None = hp(None, "use only the first N training examples (quick runs)")
-    max_eval_examples: int | None = hp(None, "evaluate on only the first N dev examples (quick runs)")
-    heldout_dev_sentences: int = hp(1000, "tagging tasks without dev.txt (chunk): the last N train.txt sentences are held out as the dev set")
+    max_train_examples: int | None = hp(None, "use only the first N training examples (quick runs)",
+                                        valid=AT_LEAST_ONE)
+    max_eval_examples: int | None = hp(None, "evaluate on only the first N dev examples (quick runs)",
+                                       valid=AT_LEAST_ONE)
+    heldout_dev_sentences: int = hp(1000, "tagging tasks without dev.txt (chunk): the last N train.txt sentences are held out as the dev set",
+                                    valid=NON_NEGATIVE)
 
     # writing model outputs to disk
     write_test_outputs: bool = hp(False, "write test-set predictions (GLUE TSVs, SQuAD json)")
-    n_writes_test: int = hp(5, "write test predictions for the first n trials")
+    n_writes_test: int = hp(5, "write test predictions for the first n trials",
+                            valid=NON_NEGATIVE)
 
     # sizing
-    max_seq_length: int = hp(128, "tokens per example (512 for QA, 256 for chunk)")
-    train_batch_size: int = hp(32, "global training batch size")
-    eval_batch_size: int = hp(32, "evaluation batch size")
-    predict_batch_size: int = hp(32, "prediction batch size")
+    max_seq_length: int = hp(128, "tokens per example (512 for QA, 256 for chunk)",
+                             valid=Range(3))
+    train_batch_size: int = hp(32, "global training batch size",
+                               valid=AT_LEAST_ONE)
+    eval_batch_size: int = hp(32, "evaluation batch size",
+                              valid=AT_LEAST_ONE)
+    predict_batch_size: int = hp(32, "prediction batch size",
+                                 valid=AT_LEAST_ONE)
     double_unordered: bool = hp(True, "train mrpc and sts on both sentence orders (as the official release)")
 
     # question answering
-    max_query_length: int = hp(64, "max question tokens")
-    doc_stride: int = hp(128, "stride between document windows")
-    n_best_size: int = hp(20, "candidate answers kept per question")
-    max_answer_length: int = hp(30, "longest answer in tokens")
+    max_query_length: int = hp(64, "max question tokens",
+                               valid=AT_LEAST_ONE)
+    doc_stride: int = hp(128, "stride between document windows",
+                         valid=AT_LEAST_ONE)
+    n_best_size: int = hp(20, "candidate answers kept per question",
+                          valid=AT_LEAST_ONE)
+    max_answer_length: int = hp(30, "longest answer in tokens",
+                                valid=AT_LEAST_ONE)
     answerable_classifier: bool = hp(True, "answerability classifier for SQuAD 2.0")
     answerable_uses_start_logits: bool = hp(True, "the classifier uses the start-weighted representation")
-    answerable_weight: float = hp(0.5, "weight of the answerability loss")
+    answerable_weight: float = hp(0.5, "weight of the answerability loss",
+                                  valid=NON_NEGATIVE)
     joint_prediction: bool = hp(True, "end logits conditioned on the start (XLNet head)")
-    beam_size: int = hp(20, "start candidates kept for joint prediction")
+    beam_size: int = hp(20, "start candidates kept for joint prediction",
+                        valid=AT_LEAST_ONE)
     qa_na_threshold: float = hp(-2.75, "no-answer threshold for SQuAD 2.0 test outputs")
 
     # TPU settings (official names)
     use_tpu: bool = hp(False, "official name: same as strategy tpu")
-    num_tpu_cores: int = hp(1, "TPU cores")
+    num_tpu_cores: int = hp(1, "TPU cores",
+                            valid=AT_LEAST_ONE)
     tpu_job_name: str | None = hp(None, "TPU worker job name")
     tpu_name: str | None = hp(None, "Cloud TPU to use")
     tpu_zone: str | None = hp(None, "GCE zone of the Cloud TPU")
@@ -120,7 +152,9 @@ class FinetuningConfig(HParams):
     def _finalize(self) -> None:
         pretrained_dir = os.path.join(self.data_dir, "models", self.model_name)
         tasks = ",".join(self.task_names)
-        self.raw_data_dir = self.raw_data_dir or os.path.join(self.data_dir, "finetuning_data", "{task}")
+        # A str.format pattern: braces of the data dir itself are doubled to stay literal.
+        literal = self.data_dir.replace("{", "{{").replace("}", "}}")
+        self.raw_data_dir = self.raw_data_dir or os.path.join(literal, "finetuning_data", "{task}")
         if self.vocab_file is None:
             self.vocab_file = (tokenization.find_vocab_file(pretrained_dir)
                                or tokenization.find_vocab_file(self.data_dir)
@@ -142,19 +176,17 @@ class FinetuningConfig(HParams):
         self.validate()
 
     def task_data_dir(self, task_name: str) -> str:
-        return self.raw_data_dir.format(task=task_name)
+        try:
+            return self.raw_data_dir.format(task=task_name)
+        except (KeyError, IndexError, ValueError) as e:
+            raise HParamError(
+                f"hparam raw_data_dir {self.raw_data_dir!r} is not a pattern with {{task}} ({e!r}); "
+                "double any other brace: {{ }}") from None
 
     def validate(self) -> None:
+        self.check_values()  # types and ranges of each hparam (valid= of its field)
         checks = [
             (len(self.task_names) > 0, "task_names", "must name at least one task"),
-            (self.num_trials >= 1, "num_trials", "must be >= 1"),
-            (self.compute_dtype in modeling.COMPUTE_DTYPES, "compute_dtype",
-             f"must be one of {sorted(modeling.COMPUTE_DTYPES)}"),
-            (self.num_train_epochs > 0, "num_train_epochs", "must be > 0"),
-            (0.0 <= self.warmup_proportion <= 1.0, "warmup_proportion", "must be in [0, 1]"),
-            (self.train_batch_size > 0, "train_batch_size", "must be > 0"),
-            (self.max_seq_length > 2, "max_seq_length", "must be > 2"),
-            (self.heldout_dev_sentences >= 0, "heldout_dev_sentences", "must be >= 0"),
         ]
         self._enforce(checks)
         modeling.check_max_seq_length(self.max_seq_length, self.bert_config())
@@ -172,6 +204,7 @@ class FinetuningConfig(HParams):
         """The encoder's architecture: the pre-trained model's bert_config.json when it has one
         (so custom architectures need not be repeated), else the model size; then the overrides."""
         path = self.pretrained_bert_config_file()
+        modeling.check_bert_values(self.model_hparam_overrides, "hparam 'model_hparam_overrides'")
         if path is None:
             return modeling.get_bert_config(self.model_size, self.vocab_size, self.embedding_size,
                                             self.model_hparam_overrides, self.debug)

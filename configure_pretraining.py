@@ -5,11 +5,14 @@ defaults, then the user's hparams, then what they imply (model size per Table 6 
 debug mode, paths), then the user's hparams again so they always win.
 """
 import dataclasses
+import glob
 import os
 from typing import Any
 
 from model import modeling, probing
-from util.hparams import HParams, hp
+from util.distribution import STRATEGIES
+from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, HParamError, HParams,
+                          OneOf, Range, hp)
 
 # Table 6 of the paper, for the keys the official config leaves to the user.
 SIZE_DEFAULTS = {
@@ -23,7 +26,6 @@ SIZE_DEFAULTS = {
                   num_train_steps=400000, generator_hidden_size=0.25, mask_prob=0.25,
                   max_seq_length=512),
 }
-STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 
 @dataclasses.dataclass
@@ -36,43 +38,66 @@ class PretrainingConfig(HParams):
 
     # loss functions
     electra_objective: bool = hp(True, "false trains a BERT-style masked LM instead")
-    gen_weight: float = hp(1.0, "weight of the masked-LM (generator) loss")
-    disc_weight: float = hp(50.0, "weight of the replaced-token-detection loss (lambda)")
-    mask_prob: float = hp(0.15, "fraction of input tokens masked for the generator")
+    gen_weight: float = hp(1.0, "weight of the masked-LM (generator) loss",
+                           valid=NON_NEGATIVE)
+    disc_weight: float = hp(50.0, "weight of the replaced-token-detection loss (lambda)",
+                            valid=NON_NEGATIVE)
+    mask_prob: float = hp(0.15, "fraction of input tokens masked for the generator",
+                          valid=Range(0, 1, lo_open=True, hi_open=True))
 
     # optimization
-    learning_rate: float = hp(5e-4, "peak learning rate")
-    lr_decay_power: float = hp(1.0, "power of the polynomial decay to 0 (1 = linear)")
-    weight_decay_rate: float = hp(0.01, "decoupled weight decay (not on LayerNorm or biases)")
-    num_warmup_steps: int = hp(10000, "linear warm-up steps")
+    learning_rate: float = hp(5e-4, "peak learning rate",
+                              valid=POSITIVE)
+    lr_decay_power: float = hp(1.0, "power of the polynomial decay to 0 (1 = linear)",
+                               valid=NON_NEGATIVE)
+    weight_decay_rate: float = hp(0.01, "decoupled weight decay (not on LayerNorm or biases)",
+                                  valid=NON_NEGATIVE)
+    num_warmup_steps: int = hp(10000, "linear warm-up steps",
+                               valid=NON_NEGATIVE)
     adam_bias_correction: bool = hp(False, "true: Adam with bias correction; false reproduces the official update (none)")
     lr_decay_after_warmup: bool = hp(False, "true: decay starts after warm-up; false reproduces the official schedule (decay from step 0, warm-up multiplied on top)")
-    clip_norm: float = hp(1.0, "global-norm gradient clipping")
-    gradient_accumulation_steps: int = hp(1, "micro-batches summed per optimizer step (train_batch_size is the effective batch)")
+    clip_norm: float = hp(1.0, "global-norm gradient clipping",
+                          valid=POSITIVE)
+    gradient_accumulation_steps: int = hp(1, "micro-batches summed per optimizer step (train_batch_size is the effective batch)",
+                                          valid=AT_LEAST_ONE)
     recompute_grad: bool = hp(False, "recompute each layer's activations in the backward pass to save memory")
 
     # training settings
-    iterations_per_loop: int = hp(200, "steps run per host loop (one progress update)")
-    save_checkpoints_steps: int = hp(1000, "checkpoint every this many steps")
-    num_train_steps: int = hp(1000000, "total optimizer steps")
-    num_eval_steps: int = hp(100, "batches evaluated by do_eval")
-    eval_every_steps: int = hp(0, "evaluate on held-out data every this many steps during training (0: never)")
-    keep_checkpoint_max: int = hp(5, "checkpoints kept in the model dir")
+    iterations_per_loop: int = hp(200, "steps run per host loop (one progress update)",
+                                  valid=AT_LEAST_ONE)
+    save_checkpoints_steps: int = hp(1000, "checkpoint every this many steps",
+                                     valid=NON_NEGATIVE)
+    num_train_steps: int = hp(1000000, "total optimizer steps",
+                              valid=AT_LEAST_ONE)
+    num_eval_steps: int = hp(100, "batches evaluated by do_eval",
+                             valid=AT_LEAST_ONE)
+    eval_every_steps: int = hp(0, "evaluate on held-out data every this many steps during training (0: never)",
+                               valid=NON_NEGATIVE)
+    keep_checkpoint_max: int = hp(5, "checkpoints kept in the model dir (0: all, as tf.train.Saver)",
+                                  valid=NON_NEGATIVE)
     probe_tasks: dict = hp({}, "frozen-feature probes run at every eval, task -> data: {\"pos\": CoNLL-2000 file, \"chunk\": CoNLL-2000 file, \"sst\": SST-2 dir}; accuracies reported as probe/<task>/<last|mean> (tools/probe.py)")
-    probe_train_size: int = hp(2000, "probe_tasks: sentences (pos, chunk) or rows (sst) that train each probe; the last 1000 CoNLL sentences or the SST-2 dev file score it")
-    seed: int = hp(0, "seed for initialisation, masking, sampling, dropout and data order")
+    probe_train_size: int = hp(2000, "probe_tasks: sentences (pos, chunk) or rows (sst) that train each probe; the last 1000 CoNLL sentences or the SST-2 dev file score it",
+                               valid=AT_LEAST_ONE)
+    seed: int = hp(0, "seed for initialisation, masking, sampling, dropout and data order",
+                   valid=SEED)
     init_checkpoint: str | None = hp(None, "start from this checkpoint (ours or the official release's) with fresh optimizer state")
     init_checkpoint_keep_step: bool = hp(False, "with init_checkpoint: continue its global_step (and LR schedule) instead of starting from step 0")
-    shuffle_buffer_size: int = hp(100, "examples in the training shuffle buffer (official: 100)")
-    input_cycle_length: int = hp(4, "training shards read in parallel (interleaved) at a time (official: 4)")
+    shuffle_buffer_size: int = hp(100, "examples in the training shuffle buffer (official: 100)",
+                                  valid=AT_LEAST_ONE)
+    input_cycle_length: int = hp(4, "training shards read in parallel (interleaved) at a time (official: 4)",
+                                 valid=AT_LEAST_ONE)
 
     # model settings
-    model_size: str = hp("small", "one of small, base, large (Table 6 of the paper)")
+    model_size: str = hp("small", "one of small, base, large (Table 6 of the paper)",
+                         valid=OneOf(tuple(SIZE_DEFAULTS)))
     model_hparam_overrides: dict = hp({}, "bert_config keys that override the model size's architecture")
-    embedding_size: int | None = hp(None, "token embedding size (hidden size by default; 128 for small)")
-    vocab_size: int = hp(30522, "number of tokens in the vocabulary")
+    embedding_size: int | None = hp(None, "token embedding size (hidden size by default; 128 for small)",
+                                    valid=AT_LEAST_ONE)
+    vocab_size: int = hp(30522, "number of tokens in the vocabulary",
+                         valid=AT_LEAST_ONE)
     do_lower_case: bool = hp(True, "lower-case the input text")
-    compute_dtype: str = hp("float32", "float32, bfloat16 or float16 compute (weights stay float32)")
+    compute_dtype: str = hp("float32", "float32, bfloat16 or float16 compute (weights stay float32)",
+                            valid=OneOf(tuple(sorted(modeling.COMPUTE_DTYPES))))
     use_xla: bool | None = hp(None, "compile the train step with XLA; null: on for GPU/TPU, off on CPU where it is slower")
 
     # generator settings
@@ -80,31 +105,41 @@ class PretrainingConfig(HParams):
     two_tower_generator: bool = hp(False, "Electric's two-tower cloze generator")
     untied_generator_embeddings: bool = hp(False, "generator gets its own token embeddings")
     untied_generator: bool = hp(True, "false: generator and discriminator share all weights")
-    generator_layers: float = hp(1.0, "fraction of discriminator layers in the generator")
-    generator_hidden_size: float = hp(0.25, "fraction of discriminator width (hidden, FFN, heads) in the generator")
+    generator_layers: float = hp(1.0, "fraction of discriminator layers in the generator",
+                                 valid=Range(0, 1, lo_open=True))
+    generator_hidden_size: float = hp(0.25, "fraction of discriminator width (hidden, FFN, heads) in the generator",
+                                      valid=Range(0, 1, lo_open=True))
     disallow_correct: bool = hp(False, "generator may not sample the original token")
-    temperature: float = hp(1.0, "temperature of the generator's sampling softmax")
+    temperature: float = hp(1.0, "temperature of the generator's sampling softmax",
+                            valid=POSITIVE)
 
     # the paper's alternative objectives (Sections 3.2-3.5, Appendix F) and Electric
     electra_15: bool = hp(False, "ELECTRA 15% (Table 5): the discriminator loss only on the masked positions")
     replace_mlm: bool = hp(False, "Replace MLM (Table 5): with electra_objective false, masked positions get generator samples instead of [MASK]; masked-LM loss on them")
     all_tokens_mlm: bool = hp(False, "All-Tokens MLM (Table 5): as replace_mlm, but every token is predicted, through a copy mechanism (sigmoid copy probability D: p = D [x = input] + (1 - D) softmax)")
     unigram_generator: bool = hp(False, "the generator samples from unigram frequencies counted on the training tfrecords (Figure 3)")
-    unigram_max_examples: int = hp(0, "unigram_generator: count frequencies on at most this many training examples (0: all)")
+    unigram_max_examples: int = hp(0, "unigram_generator: count frequencies on at most this many training examples (0: all)",
+                                   valid=NON_NEGATIVE)
     adversarial_generator: bool = hp(False, "train the generator to maximise the discriminator loss with REINFORCE and a learned baseline (Appendix F) instead of maximum likelihood")
     freeze_generator: bool = hp(False, "two-stage training, stage 2: the generator's own weights get no updates (start from a tools/two_stage_init.py checkpoint)")
     electric_objective: bool = hp(False, "Electric (official release): noise-contrastive discriminator on the two_tower_generator's cloze probabilities")
 
     # batch sizes
-    max_seq_length: int = hp(128, "tokens per example; must match the data")
-    train_batch_size: int = hp(128, "global batch size (split across replicas)")
-    eval_batch_size: int = hp(128, "global eval batch size")
-    max_predictions_per_seq: int | None = hp(None, "cap on masked positions; default int((mask_prob + 0.005) * max_seq_length)")
+    max_seq_length: int = hp(128, "tokens per example; must match the data",
+                             valid=Range(3))
+    train_batch_size: int = hp(128, "global batch size (split across replicas)",
+                               valid=AT_LEAST_ONE)
+    eval_batch_size: int = hp(128, "global eval batch size",
+                              valid=AT_LEAST_ONE)
+    max_predictions_per_seq: int | None = hp(None, "cap on masked positions; default int((mask_prob + 0.005) * max_seq_length)",
+                                             valid=AT_LEAST_ONE)
 
     # distribution
-    strategy: str = hp("default", "default (one device), mirrored (local GPUs), multi_worker (TF_CONFIG), tpu")
+    strategy: str = hp("default", "default (one device), mirrored (local GPUs), multi_worker (TF_CONFIG), tpu",
+                       valid=OneOf(STRATEGIES))
     use_tpu: bool = hp(False, "official name: same as strategy tpu")
-    num_tpu_cores: int = hp(1, "TPU cores (informational; TPUStrategy finds them)")
+    num_tpu_cores: int = hp(1, "TPU cores (informational; TPUStrategy finds them)",
+                            valid=AT_LEAST_ONE)
     tpu_job_name: str | None = hp(None, "TPU worker job name")
     tpu_name: str | None = hp(None, "Cloud TPU to use")
     tpu_zone: str | None = hp(None, "GCE zone of the Cloud TPU")
@@ -126,38 +161,34 @@ class PretrainingConfig(HParams):
 
     def _finalize(self) -> None:
         d = self.data_dir
+        # A glob: the data dir's own [ ] * ? must match literally.
         self.pretrain_tfrecords = self.pretrain_tfrecords or os.path.join(
-            d, "pretrain_tfrecords", "pretrain_data.tfrecord*")
+            glob.escape(d), "pretrain_tfrecords", "pretrain_data.tfrecord*")
         self.vocab_file = self.vocab_file or os.path.join(d, "vocab.txt")
         self.model_dir = self.model_dir or os.path.join(d, "models", self.model_name)
         results_dir = os.path.join(self.model_dir, "results")
         self.results_txt = self.results_txt or os.path.join(results_dir, "unsup_results.txt")
         self.results_json = self.results_json or os.path.join(results_dir, "unsup_results.json")
         if self.max_predictions_per_seq is None:
-            self.max_predictions_per_seq = int((self.mask_prob + 0.005) * self.max_seq_length)
+            derived = int((self.mask_prob + 0.005) * self.max_seq_length)
+            if derived < 1:  # name the keys the user set, not the derived one
+                raise HParamError(
+                    f"hparam 'mask_prob' {self.mask_prob} with max_seq_length "
+                    f"{self.max_seq_length} masks no token: max_predictions_per_seq = "
+                    f"int((mask_prob + 0.005) * max_seq_length) = {derived}. Raise mask_prob (or "
+                    "max_seq_length), or set max_predictions_per_seq")
+            self.max_predictions_per_seq = derived
         if self.use_tpu:
             self.strategy = "tpu"
         self.validate()
 
     def validate(self) -> None:
+        self.check_values()  # types and ranges of each hparam (valid= of its field)
         checks = [
-            (0.0 < self.mask_prob < 1.0, "mask_prob", "must be in (0, 1)"),
-            (self.strategy in STRATEGIES, "strategy", f"must be one of {list(STRATEGIES)}"),
-            (self.compute_dtype in modeling.COMPUTE_DTYPES, "compute_dtype",
-             f"must be one of {sorted(modeling.COMPUTE_DTYPES)}"),
-            (0.0 < self.generator_hidden_size <= 1.0, "generator_hidden_size", "must be in (0, 1]"),
-            (0.0 < self.generator_layers <= 1.0, "generator_layers", "must be in (0, 1]"),
-            (self.temperature > 0.0, "temperature", "must be > 0"),
-            (self.train_batch_size > 0, "train_batch_size", "must be > 0"),
-            (self.num_train_steps > 0, "num_train_steps", "must be > 0"),
-            (self.max_seq_length > 2, "max_seq_length", "must be > 2"),
-            (self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be >= 1"),
             (self.train_batch_size % self.gradient_accumulation_steps == 0,
              "gradient_accumulation_steps", f"must divide train_batch_size ({self.train_batch_size})"),
-            (self.max_predictions_per_seq >= 1, "max_predictions_per_seq", "must be >= 1"),
-            (self.shuffle_buffer_size >= 1, "shuffle_buffer_size", "must be >= 1"),
-            (self.input_cycle_length >= 1, "input_cycle_length", "must be >= 1"),
-            (self.probe_train_size >= 1, "probe_train_size", "must be >= 1"),
+            (self.max_predictions_per_seq <= self.max_seq_length, "max_predictions_per_seq",
+             f"must be <= max_seq_length ({self.max_seq_length})"),
         ]
         checks += self._probe_checks()
         checks += self._objective_checks()

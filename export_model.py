@@ -25,7 +25,8 @@ run_finetuning.py can start from, with bert_config.json, vocab.txt and a checkpo
 
 Hugging Face files: config.json (ElectraConfig keys; hidden_act "gelu", the exact GELU of the
 official code and of this one), model.safetensors (HF names, linear weights [out, in]), vocab.txt,
-tokenizer_config.json and special_tokens_map.json. How each variable maps, and how the official
+tokenizer_config.json and special_tokens_map.json (ElectraTokenizer, WordPiece: a SentencePiece
+model is refused, or exported without tokenizer files with --no-tokenizer). How each variable maps, and how the official
 one-layer classifier head maps onto ElectraClassificationHead: model/hf_conversion.py.
 Outputs are written to a temporary directory next to --output and renamed into place.
 """
@@ -55,10 +56,38 @@ HF_CONFIG_FILE = "config.json"
 # -- atomic output ----------------------------------------------------------------------------
 
 
+def check_output_apart(output: str, dirs: dict[str, str | None],
+                       files: dict[str, str | None] | None = None) -> None:
+    """Refuses an output that is, contains or lies inside a directory the command reads (flag ->
+    path in `dirs`), or that contains a file it reads (`files`): replacing the output
+    (--overwrite) would delete them, e.g. a model dir with its checkpoints, generator and
+    fine-tuned models. Symlinks are resolved."""
+    out = os.path.realpath(output)
+    sources = [(flag, path, True) for flag, path in dirs.items()]
+    sources += [(flag, path, False) for flag, path in (files or {}).items()]
+    for flag, source, whole_dir in sources:
+        if not source:
+            continue
+        src = os.path.realpath(source)
+        common = os.path.commonpath([out, src])
+        if common == out:
+            relation = "is" if out == src else "contains"
+        elif common == src and whole_dir:
+            relation = "lies inside"
+        else:
+            continue
+        raise ValueError(f"--output {output} {relation} {flag} {source}: writing the export "
+                         f"there would replace or mix with what {flag} holds. Choose an output "
+                         "outside it")
+
+
 @contextlib.contextmanager
 def atomic_output_dir(path: str, overwrite: bool = False):
     """Yields a temporary directory beside `path`, renamed to `path` when the block succeeds."""
     path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"output {path} is an existing file, not a directory; an export is a "
+                         "directory: choose another --output")
     if os.path.exists(path) and not overwrite:
         raise ValueError(f"output {path} already exists; pass --overwrite to replace it")
     parent = os.path.dirname(path)
@@ -76,6 +105,11 @@ def atomic_output_dir(path: str, overwrite: bool = False):
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)
+
+
+def _check_output_apart_from_model(output: str, md: model_dir_lib.ModelDir) -> None:
+    check_output_apart(output, {"--model-dir": md.path},
+                       {"--checkpoint": md.checkpoint, "--vocab-file": md.vocab_file})
 
 
 # -- Hugging Face export ----------------------------------------------------------------------
@@ -143,11 +177,29 @@ def _head_kind(task: str) -> str:
                      "tagging -> ElectraForTokenClassification); use --format saved_model")
 
 
+def check_tokenizer_exportable(vocab_file: str | None) -> None:
+    """Refuses a SentencePiece vocabulary: ElectraTokenizer reads a WordPiece vocab.txt only (a
+    copied .model "loads" and tokenizes garbage), and a tokenizer.json equivalent to our
+    SentencePiece tokenization cannot be verified without the tokenizers library."""
+    if vocab_file and tokenization.is_sentencepiece_model(vocab_file):
+        raise ValueError(
+            f"the model's vocabulary {vocab_file} is a SentencePiece model, but the Hugging Face "
+            "ELECTRA tokenizer (ElectraTokenizer) reads only a WordPiece vocab.txt, and no "
+            "SentencePiece tokenizer export that matches this project's tokenization can be "
+            "written and checked here. Pass --no-tokenizer to export the weights and "
+            "config.json alone (then tokenize with the spm.model yourself)")
+
+
 def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None = None,
-                       task: str | None = None, overwrite: bool = False) -> dict[str, tuple]:
-    """Writes `md` as a Hugging Face ELECTRA directory; returns {HF name: shape}."""
+                       task: str | None = None, overwrite: bool = False,
+                       tokenizer: bool = True) -> dict[str, tuple]:
+    """Writes `md` as a Hugging Face ELECTRA directory; returns {HF name: shape}.
+    tokenizer: also write the tokenizer files (WordPiece vocabularies only)."""
     from safetensors import numpy as st_numpy
 
+    _check_output_apart_from_model(output, md)
+    if tokenizer:
+        check_tokenizer_exportable(md.vocab_file)
     kind = kind or ("classifier" if md.kind == "finetuned" else "discriminator")
     tensors = checkpoint.read_all(md.checkpoint)
     metadata = {"format": "pt"}  # transformers refuses safetensors files without it
@@ -179,15 +231,17 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
     if got != expected:  # a mapping bug, never user error: refuse to write a broken export
         diff = sorted(set(got.items()) ^ set(expected.items()))[:5]
         raise RuntimeError(f"exported parameters differ from the ElectraConfig layout: {diff}")
-    if md.vocab_file is None:
+    if md.vocab_file is None and tokenizer:
         raise ValueError(f"no vocab.txt in {md.path}; pass --vocab-file")
-    pad_id = tokenization.load_vocab(md.vocab_file).get("[PAD]", 0)
+    pad_id = tokenization.load_vocab(md.vocab_file).get("[PAD]", 0) if md.vocab_file else 0
     values = hf.hf_config(config, kind, pad_token_id=pad_id, labels=labels, task_name=task)
     with atomic_output_dir(output, overwrite) as tmp:
         st_numpy.save_file({n: np.ascontiguousarray(v, np.float32) for n, v in weights.items()},
                            os.path.join(tmp, SAFETENSORS_FILE), metadata=metadata)
         io_utils.write_json(os.path.join(tmp, HF_CONFIG_FILE), values)
-        _tokenizer_files(tmp, md.vocab_file, md.do_lower_case, config.max_position_embeddings)
+        if tokenizer:
+            _tokenizer_files(tmp, md.vocab_file, md.do_lower_case,
+                             config.max_position_embeddings)
     log.info("wrote %s (%s, %d parameters tensors, %d values) from %s", output,
              hf.ARCHITECTURES[kind], len(weights), sum(v.size for v in weights.values()),
              md.checkpoint)
@@ -203,6 +257,7 @@ def export_saved_model(md: model_dir_lib.ModelDir, output: str, overwrite: bool 
 
     from finetune import serving
 
+    _check_output_apart_from_model(output, md)
     config, tasks, model = serving.load_finetuned(md)
     module = serving.ServingModule(model, tasks, config.max_seq_length)
     with atomic_output_dir(output, overwrite) as tmp:
@@ -216,8 +271,8 @@ def export_saved_model(md: model_dir_lib.ModelDir, output: str, overwrite: bool 
 
 def read_safetensors(directory: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """All tensors (numpy) and the metadata of model.safetensors (or its shards)."""
+    from safetensors import SafetensorError, safe_open
     from safetensors import numpy as st_numpy
-    from safetensors import safe_open
 
     index = os.path.join(directory, SAFETENSORS_INDEX)
     if os.path.isfile(index):
@@ -239,6 +294,9 @@ def read_safetensors(directory: str) -> tuple[dict[str, np.ndarray], dict[str, s
             tensors.update(st_numpy.load_file(path))
             with safe_open(path, framework="numpy") as f:
                 metadata.update(f.metadata() or {})
+        except SafetensorError as e:  # a truncated or partial download, another format
+            raise ValueError(f"{path} is damaged or not a safetensors file ({e}); download or "
+                             "save it again") from None
         except (TypeError, ValueError) as e:  # e.g. bfloat16, which numpy cannot hold
             raise ValueError(f"{path}: cannot read as numpy ({e}); save the model in float32 "
                              "or float16") from None
@@ -272,6 +330,7 @@ def _same_embeddings(a: dict, b: dict) -> bool:
 def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = None,
                        task: str | None = None, overwrite: bool = False) -> dict[str, np.ndarray]:
     """Writes an HF ELECTRA model (and optionally its generator) as one of our model dirs."""
+    check_output_apart(output, {"--import-dir": hf_dir, "--import-generator": generator_dir})
     kind, config, values, hf_tensors, metadata, notes = _read_hf_dir(hf_dir)
     gen_config = None
     if kind == "generator":
@@ -279,12 +338,14 @@ def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = Non
             raise ValueError("--import-dir is itself a generator (ElectraForMaskedLM); give the "
                              "discriminator there and the generator with --import-generator")
         # A generator alone keeps its own embeddings (generator/embeddings).
-        imported = hf.from_hf(hf_tensors, config, "generator", scope="generator")
+        imported = hf.from_hf(hf_tensors, config, "generator", scope="generator",
+                              where=os.path.join(hf_dir, HF_CONFIG_FILE))
         tensors, unused = dict(imported.tensors), list(imported.unused)
         gen_config, config = config, None
         notes += imported.notes
     else:
         imported = hf.from_hf(hf_tensors, config, kind, metadata=metadata,
+                              where=os.path.join(hf_dir, HF_CONFIG_FILE),
                               task_name=task or values.get("finetuning_task"))
         tensors, unused = dict(imported.tensors), list(imported.unused)
         notes += imported.notes
@@ -293,7 +354,8 @@ def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = Non
         if gen_kind != "generator":
             raise ValueError(f"{generator_dir} is not an ElectraForMaskedLM (architectures say "
                              f"{gen_kind})")
-        gen = hf.from_hf(gen_hf, gen_config, "generator", scope="generator")
+        gen = hf.from_hf(gen_hf, gen_config, "generator", scope="generator",
+                         where=os.path.join(generator_dir, HF_CONFIG_FILE))
         gen_tensors = {n.replace("generator/embeddings/", "electra/embeddings/"): v
                        for n, v in gen.tensors.items()}
         if _same_embeddings(gen_tensors, tensors):
@@ -369,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import-generator", help="with --import-dir: the matching "
                                                    "ElectraForMaskedLM directory")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    parser.add_argument("--no-tokenizer", action="store_true",
+                        help="Hugging Face export: weights and config.json only, no tokenizer "
+                             "files (needed for SentencePiece models, which ElectraTokenizer "
+                             "cannot read)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -384,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         for note in md.notes:
             log.info("note: %s", note)
         if args.format == "huggingface":
-            export_huggingface(md, args.output, args.model, args.task, args.overwrite)
+            export_huggingface(md, args.output, args.model, args.task, args.overwrite,
+                               tokenizer=not args.no_tokenizer)
         else:
             if args.model not in (None, "classifier"):
                 raise ValueError("--format saved_model exports fine-tuned models only")

@@ -25,6 +25,7 @@ import configure_finetuning
 from finetune import preprocessing
 from finetune import task_builder
 from finetune import trainer
+from util import checkpoint
 from util import distribution
 from util import io_utils
 from util import record_check
@@ -139,6 +140,9 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     if unused:
         log.info("hparams accepted for compatibility but without effect here: %s",
                  ", ".join(unused))
+    checkpoint.check_path(config.model_dir, "model dir")
+    config.check_output_paths(["results_txt", "results_json"],
+                              ["preprocessed_data_dir", "test_predictions_dir", "qa_dir"])
     strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                           config.gcp_project)
     tokenizer = task_builder.build_tokenizer(config)

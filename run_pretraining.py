@@ -25,6 +25,7 @@ import time
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
+from model import model_dir as model_dir_lib
 from model import probing, tokenization
 from pretrain import input_pipeline
 from pretrain.masking import SpecialIds
@@ -70,6 +71,14 @@ def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFile
     metadata_path = os.path.join(directory, "metadata.json")
     if os.path.isfile(metadata_path):
         metadata = io_utils.read_json(metadata_path)
+        built_sha = metadata.get("vocab_sha256")
+        # Same size is not enough: another vocabulary gives the ids other meanings.
+        if isinstance(built_sha, str) and built_sha != io_utils.sha256_file(config.vocab_file):
+            raise HParamError(
+                f"vocabulary {config.vocab_file} is not the one the tfrecords in {directory} "
+                f"were built with ({metadata.get('vocab_file', '?')}, sha256 {built_sha[:12]}... "
+                f"in {metadata_path}); set \"vocab_file\" to that vocabulary, or rebuild the "
+                "data with this one")
         for key in ("max_seq_length", "vocab_size"):
             built, wanted = metadata.get(key), getattr(config, key)
             if isinstance(built, int) and built != wanted:
@@ -112,6 +121,27 @@ def check_resume_compatible(config: PretrainingConfig, saved_path: str) -> list[
     return sorted(k for k in current if k in saved and saved[k] != current[k] and k not in ignored)
 
 
+def check_resume_vocab(config: PretrainingConfig) -> None:
+    """Refuses resuming with a vocabulary other than the model dir's copy (the one its
+    checkpoints were trained with), even of the same size: it would be overwritten and the
+    checkpoints left beside a vocabulary they never saw."""
+    saved = tokenization.find_vocab_file(config.model_dir)
+    if saved is None or os.path.abspath(saved) == os.path.abspath(config.vocab_file):
+        return
+    if os.path.basename(saved) != os.path.basename(_vocab_copy_path(config)) or not filecmp.cmp(
+            saved, config.vocab_file, shallow=False):
+        raise IncompatibleResumeError(
+            f"model dir {config.model_dir} holds checkpoints trained with vocabulary {saved}, "
+            f"but vocab_file is {config.vocab_file}, a different one. Resume with "
+            f"\"vocab_file\": \"{saved}\", or use a new model_name for the new vocabulary")
+
+
+def _vocab_copy_path(config: PretrainingConfig) -> str:
+    """Where the model dir keeps its copy of the run's vocabulary."""
+    return os.path.join(config.model_dir, "spm.model" if tokenization.is_sentencepiece_model(
+        config.vocab_file) else "vocab.txt")
+
+
 def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
     """Writes the resolved config, the architecture configs and a copy of the vocab (chief)."""
     d = config.model_dir
@@ -121,12 +151,27 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
     if trainer.model.generator_config is not None:
         io_utils.write_text(os.path.join(d, GENERATOR_CONFIG_FILE),
                             trainer.model.generator_config.to_json_string() + "\n")
-    vocab_copy = os.path.join(d, "spm.model" if tokenization.is_sentencepiece_model(
-        config.vocab_file) else "vocab.txt")
+    vocab_copy = _vocab_copy_path(config)
     if os.path.abspath(vocab_copy) != os.path.abspath(config.vocab_file) and not (
             os.path.exists(vocab_copy) and filecmp.cmp(vocab_copy, config.vocab_file, False)):
         with open(config.vocab_file, "rb") as src, io_utils.atomic_open(vocab_copy, "wb") as dst:
             shutil.copyfileobj(src, dst)
+
+
+def check_init_is_not_finetuned(path: str) -> None:
+    """Refuses a fine-tuning trial as init_checkpoint by name (it used to be reported only as
+    a list of missing variables: it has task heads but no generator or discriminator head)."""
+    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    trial_config = os.path.join(directory, model_dir_lib.FINETUNE_CONFIG_FILE)
+    if not os.path.isfile(trial_config):
+        return
+    settings = io_utils.read_json(trial_config).get("training_settings") or {}
+    source = settings.get("init_checkpoint") if isinstance(settings, dict) else None
+    raise HParamError(
+        f"init_checkpoint {path} is a fine-tuned model ({trial_config}): it has task heads but "
+        "no generator or discriminator head, so pre-training would start those from scratch. "
+        "Give the pre-trained model it was fine-tuned from"
+        + (f" ({source})" if isinstance(source, str) and source else ""))
 
 
 def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
@@ -135,6 +180,7 @@ def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
               if os.path.isdir(config.model_dir) else None)
     saved_config = os.path.join(config.model_dir, CONFIG_FILE)
     if latest is not None:
+        check_resume_vocab(config)
         if os.path.exists(saved_config):
             changed = check_resume_compatible(config, saved_config)
             if changed:
@@ -145,7 +191,14 @@ def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
                      config.init_checkpoint)
         return f"resumed from {latest} at step {trainer.global_step}"
     if config.init_checkpoint:
+        check_init_is_not_finetuned(config.init_checkpoint)
         report = trainer.init_from(config.init_checkpoint, config.init_checkpoint_keep_step)
+        heads = sorted({n.split("/")[1] for n in report.unused if n.startswith("task_specific/")})
+        if heads and report.missing:
+            raise HParamError(
+                f"init_checkpoint {report.path} is a fine-tuned model (task heads {heads}) "
+                f"without {len(report.missing)} of the pre-training variables (generator, "
+                "discriminator head): give the pre-trained model it was fine-tuned from")
         if report.missing:
             log.warning("init_checkpoint lacks %d model variables (kept at their initial values): "
                         "%s", len(report.missing), ", ".join(report.missing[:10]))
@@ -313,6 +366,10 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         except tf.errors.DataLossError as e:
             raise record_check.damaged_file_error(files.eval, e, "held-out tfrecord file") \
                 from None
+        if available == 0 and config.eval_tfrecords:
+            raise ValueError(f"hparam eval_tfrecords={config.eval_tfrecords!r} matches "
+                             f"{'no file' if not files.eval else 'only empty files'}; do_eval and "
+                             "eval_every_steps need held-out data there")
         if available == 0:
             raise ValueError("do_eval and eval_every_steps need held-out data: set hparam "
                              "eval_tfrecords, or build the data with held-out shards "
@@ -321,6 +378,8 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         if available < needed:
             log.info("held-out set has %d examples; %d eval batches of %d reuse some of them",
                      available, config.num_eval_steps, config.eval_batch_size)
+    checkpoint.check_path(config.model_dir, "model dir")
+    config.check_output_paths(["results_txt", "results_json"], [])
     if chief and config.do_train:
         ok, reason = tu.is_writable_dir(config.model_dir)
         if not ok:

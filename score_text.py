@@ -71,6 +71,9 @@ def build_scorer(md: model_dir_lib.ModelDir, need_generator: bool) -> scoring.Re
     return scorer
 
 
+MIN_SEQ_LENGTH = 3
+
+
 def score(md: model_dir_lib.ModelDir, texts: list[str], *, corrupt: bool = False,
           generator: bool = False, seed: int = 0, mask_prob: float | None = None,
           do_lower_case: bool | None = None, max_seq_length: int | None = None) -> list[dict]:
@@ -171,7 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.mask_prob is not None and not 0.0 < args.mask_prob < 1.0:
             raise ValueError(f"--mask-prob must be in (0, 1), got {args.mask_prob}")
+        # [CLS] + one token + [SEP]; 0 used to mean the default, below 3 left no text to score.
+        if args.max_seq_length is not None and args.max_seq_length < MIN_SEQ_LENGTH:
+            raise ValueError(f"--max-seq-length must be at least {MIN_SEQ_LENGTH} ([CLS], a "
+                             f"token, [SEP]), got {args.max_seq_length}")
         md = model_dir_lib.read_model_dir(args.model_dir, args.checkpoint, args.vocab_file)
+        positions = md.bert_config.max_position_embeddings
+        if args.max_seq_length is not None and args.max_seq_length > positions:
+            raise ValueError(f"--max-seq-length {args.max_seq_length} exceeds the model's "
+                             f"max_position_embeddings ({positions}, {md.path})")
         results = score(md, args.texts, corrupt=args.corrupt, generator=args.generator,
                         seed=args.seed, mask_prob=args.mask_prob,
                         do_lower_case=args.do_lower_case, max_seq_length=args.max_seq_length)

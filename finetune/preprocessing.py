@@ -6,8 +6,8 @@ batch has a static shape (drop_remainder) and no example is dropped; those rows 
 and are skipped in scoring (as the official release).
 
 Cache: `<preprocessed_data_dir>/<tasks>_<split>_<key hash>.tfrecord` plus a `.metadata.json`
-holding the full key. The key covers everything that changes the records: the vocabulary's
-content hash, tokenizer type and casing, max_seq_length, task order, task settings, example
+holding the full key. The key covers everything that changes the records: the content hash of
+the split's data files (Task.split_files) and of the vocabulary, tokenizer type and casing, max_seq_length, task order, task settings, example
 limits, batch size (padding) and the shuffle seed; a changed setting gets a new file instead of
 reusing stale features. Files are written under a temporary name and renamed, metadata last, so
 a crash never leaves a cache entry that looks complete.
@@ -37,13 +37,15 @@ FEATURE_FORMAT_VERSION = 1
 SHUFFLE_BUFFER = 10000
 
 
-@functools.lru_cache(maxsize=8)
 def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """Content hash of a file, remembered per (path, inode, size, mtime) within a process."""
+    st = os.stat(path)
+    return _sha256_of_version(os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256_of_version(path: str, inode: int, size: int, mtime_ns: int) -> str:
+    return io_utils.sha256_file(path)
 
 
 @dataclasses.dataclass
@@ -134,6 +136,9 @@ class Preprocessor:
             "max_examples": {t.name: t.max_examples(split) for t in tasks},
             "vocab_sha256": file_sha256(c.vocab_file) if c.vocab_file and os.path.isfile(
                 c.vocab_file) else None,
+            # The data itself, not just the settings: an edited train.tsv is featurized anew.
+            "data_sha256": {t.name: [[os.path.basename(f), io_utils.sha256_file(f)]
+                                     for f in t.split_files(split)] for t in tasks},
             "tokenizer": "sentencepiece" if (c.vocab_file or "").endswith(".model") else "wordpiece",
             "do_lower_case": c.do_lower_case,
             "max_seq_length": c.max_seq_length,
@@ -169,6 +174,10 @@ class Preprocessor:
         for t in tasks:
             task_examples = t.get_examples(split)
             log.info("%s %s: %d examples", t.name, split, len(task_examples))
+            if not task_examples:  # refused before anything is cached (or divides by zero)
+                raise task_lib.TaskDataError(
+                    f"task {t.name}: no {split} examples in {', '.join(t.split_files(split))} "
+                    "(only a header, blank lines, or max_*_examples 0?); add examples and re-run")
             examples += task_examples
         if is_training:
             # Mix tasks and examples once at write time; each epoch reshuffles a window on top.

@@ -11,6 +11,7 @@ A task plugs into run_finetuning.py by subclassing `Task` and registering in tas
               get_test_splits()         splits whose predictions write_test_outputs writes
               write_test_predictions()  predictions -> files (GLUE TSVs, SQuAD json, ...)
               cache_key()               settings that change featurization (feature-cache key)
+              split_files(split)        the files a split is read from (their content: ditto)
   model half  create_head(bert_config)  a heads.TaskHead under "task_specific/<task>/"
 
 Several tasks train together in one batch: every row carries all tasks' features (zeros for the
@@ -100,6 +101,13 @@ class Task(abc.ABC):
                 f"task {self.name!r}: expected file {path} (directory has: "
                 f"{', '.join(present) if present else 'nothing'})")
         return path
+
+    def split_files(self, split: str) -> list[str]:
+        """The files get_examples(split) reads: their content is part of the feature-cache key.
+        Default: every file of the data directory (a task that knows better overrides it)."""
+        directory = self.data_dir()
+        return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
+                if not n.startswith(".") and os.path.isfile(os.path.join(directory, n))]
 
     def max_examples(self, split: str) -> int | None:
         """How many examples of `split` to read: max_train_examples / max_eval_examples / all."""

@@ -223,19 +223,20 @@ def bert_config_from_hf(values: dict, where: str = "config.json"
                               f"{values['position_embedding_type']!r} is not supported "
                               "(absolute only)")
     try:
-        config = modeling.BertConfig(
-            vocab_size=int(values["vocab_size"]),
-            hidden_size=int(values["hidden_size"]),
-            num_hidden_layers=int(values["num_hidden_layers"]),
-            num_attention_heads=int(values["num_attention_heads"]),
-            intermediate_size=int(values["intermediate_size"]),
+        # No int()/float() here: "12", 12.7 or true must be refused, not rounded (from_dict).
+        config = modeling.BertConfig.from_dict(dict(
+            vocab_size=values["vocab_size"],
+            hidden_size=values["hidden_size"],
+            num_hidden_layers=values["num_hidden_layers"],
+            num_attention_heads=values["num_attention_heads"],
+            intermediate_size=values["intermediate_size"],
             hidden_act=ACT_FROM_HF[act],
-            hidden_dropout_prob=float(values.get("hidden_dropout_prob", 0.1)),
-            attention_probs_dropout_prob=float(values.get("attention_probs_dropout_prob", 0.1)),
-            max_position_embeddings=int(values.get("max_position_embeddings", 512)),
-            type_vocab_size=int(values.get("type_vocab_size", 2)),
-            initializer_range=float(values.get("initializer_range", 0.02)),
-            embedding_size=int(values.get("embedding_size", values["hidden_size"])))
+            hidden_dropout_prob=values.get("hidden_dropout_prob", 0.1),
+            attention_probs_dropout_prob=values.get("attention_probs_dropout_prob", 0.1),
+            max_position_embeddings=values.get("max_position_embeddings", 512),
+            type_vocab_size=values.get("type_vocab_size", 2),
+            initializer_range=values.get("initializer_range", 0.02),
+            embedding_size=values.get("embedding_size", values["hidden_size"])), where=where)
     except KeyError as e:
         raise ConversionError(f"{where}: missing required key {e.args[0]!r}") from None
     return config, notes
@@ -361,9 +362,30 @@ class Imported(NamedTuple):
     notes: list[str]
 
 
+def check_shapes(hf: dict[str, np.ndarray], config: modeling.BertConfig, kind: str,
+                 where: str = "config.json") -> None:
+    """Refuses weights whose shapes (or number of layers) are not those `config` describes:
+    a config.json of another model would otherwise surface much later, in fine-tuning."""
+    labels = next((hf[n].shape[0] for n in ("classifier.out_proj.weight", "classifier.weight")
+                   if n in hf and np.ndim(hf[n]) == 2), 2)
+    expected = expected_hf_shapes(config, kind, labels)
+    wrong = [f"{n} is {list(np.shape(hf[n]))}, config implies {list(shape)}"
+             for n, shape in expected.items() if n in hf and tuple(np.shape(hf[n])) != shape]
+    layers = {int(m.group(1)) for n in hf
+              if (m := re.match(rf"{HF_PREFIX}\.encoder\.layer\.(\d+)\.", n))}
+    if layers and max(layers) >= config.num_hidden_layers:
+        wrong.append(f"the weights have {max(layers) + 1} layers, config num_hidden_layers is "
+                     f"{config.num_hidden_layers}")
+    if wrong:
+        raise ConversionError(
+            f"{where} does not describe these weights ({len(wrong)} mismatch(es): "
+            + "; ".join(wrong[:4]) + (" ..." if len(wrong) > 4 else "")
+            + "). Use the config.json saved with these weights")
+
+
 def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind: str,
             scope: str = "electra", metadata: dict[str, str] | None = None,
-            task_name: str | None = None) -> Imported:
+            task_name: str | None = None, where: str = "config.json") -> Imported:
     """Our tensors from an HF ELECTRA state dict.
 
     kind "encoder": the encoder under `scope` only (any other ELECTRA model);
@@ -374,6 +396,7 @@ def from_hf(hf_tensors: dict[str, np.ndarray], config: modeling.BertConfig, kind
     task_specific/<task>/dense from the token-classification layer.
     """
     hf = _normalise_hf_names(hf_tensors)
+    check_shapes(hf, config, kind, where)
     pairs = encoder_pairs(config, scope)
     notes: list[str] = []
     if kind == "discriminator":

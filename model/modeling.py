@@ -8,6 +8,7 @@ checkpoint of the official release loads by name and ours reads in tools that re
 import copy
 import dataclasses
 import json
+import math
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -38,12 +39,9 @@ class BertConfig:
     embedding_size: int | None = None
 
     def __post_init__(self):
+        check_bert_values(dataclasses.asdict(self), "bert config")
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
-                f"({self.num_attention_heads})")
         layers.get_activation(self.hidden_act)  # fails early on an unknown activation
 
     @classmethod
@@ -54,6 +52,7 @@ class BertConfig:
             raise ValueError(f"{where}: unknown keys {unknown}; expected some of {sorted(known)}")
         if "vocab_size" not in values:
             raise ValueError(f"{where}: missing required key 'vocab_size'")
+        check_bert_values(values, where)
         return cls(**values)
 
     @classmethod
@@ -66,6 +65,41 @@ class BertConfig:
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "intermediate_size", "max_position_embeddings", "type_vocab_size", "embedding_size")
+_DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
+def check_bert_values(values: dict, where: str) -> None:
+    """HParamError naming `where` and the key for an architecture value of the wrong type or out
+    of range (a string, float, bool or 0 where a size belongs would crash later, or silently
+    build another model: true is an int in Python)."""
+    def fail(key, rule):
+        raise HParamError(f"{where}: {key} must be {rule}, got {values[key]!r}")
+
+    def is_number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    for key in _SIZE_KEYS:
+        v = values.get(key)
+        if key in values and not (v is None and key == "embedding_size") and not (
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            fail(key, "an integer >= 1")
+    for key in _DROPOUT_KEYS:
+        if key in values and not (is_number(values[key]) and 0 <= values[key] < 1):
+            fail(key, "a number in [0, 1)")
+    if "initializer_range" in values and not (is_number(values["initializer_range"])
+                                              and values["initializer_range"] > 0):
+        fail("initializer_range", "a number > 0")
+    if "hidden_act" in values and not (isinstance(values["hidden_act"], str)
+                                       and values["hidden_act"].lower() in layers.ACTIVATIONS):
+        fail("hidden_act", f"one of {sorted(layers.ACTIVATIONS)}")
+    hidden, heads = values.get("hidden_size"), values.get("num_attention_heads")
+    if hidden is not None and heads is not None and hidden % heads:
+        raise HParamError(f"{where}: hidden_size ({hidden}) must be a multiple of "
+                          f"num_attention_heads ({heads})")
 
 
 # Table 6 of the paper: (layers, hidden, embedding size). Heads = hidden / 64, FFN = 4 x hidden.
@@ -96,7 +130,7 @@ def get_bert_config(model_size: str, vocab_size: int, embedding_size: int | None
         values["embedding_size"] = embedding_size or DEBUG_SIZE["hidden_size"]
     overrides = dict(overrides or {})
     values.update(overrides)
-    return BertConfig.from_dict(values, where="model_hparam_overrides")
+    return BertConfig.from_dict(values, where="hparam 'model_hparam_overrides'")
 
 
 def get_generator_config(disc_config: BertConfig, generator_hidden_size: float,

@@ -205,6 +205,12 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
         return dict(SentencePieceTokenizer(vocab_file).vocab)
     with open(vocab_file, "rb") as f:
         data = f.read()
+    wrong_kind = _sentencepiece_file_kind(data)
+    if wrong_kind:
+        # Read as lines it used to fail as "token listed twice" or "missing [MASK]".
+        raise ValueError(f"{vocab_file} is {wrong_kind}, not a WordPiece vocab.txt (one token per "
+                         "line); pass the SentencePiece model under a name ending in .model "
+                         "(e.g. spm.model), which is read as SentencePiece")
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the newline that ends the last line does not start a token
@@ -227,6 +233,23 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     if not vocab:
         raise ValueError(f"vocabulary file {vocab_file} is empty")
     return vocab
+
+
+def _sentencepiece_file_kind(data: bytes) -> str | None:
+    """"a SentencePiece model" (binary protobuf) or "a SentencePiece .vocab listing" (piece TAB
+    score lines) when `data` is one of those, else None."""
+    head = data[:4096]
+    if any(b < 9 or 13 < b < 32 for b in head):  # control bytes: no text vocabulary has them
+        import sentencepiece as spm
+        try:
+            spm.SentencePieceProcessor(model_proto=data)
+            return "a SentencePiece model"
+        except (RuntimeError, OSError, TypeError, ValueError):
+            return None
+    lines = head.split(b"\n")[:20]
+    if len(lines) > 1 and all(re.fullmatch(rb"[^\t]+\t-?[0-9.e+-]+\r?", l) for l in lines[:-1]):
+        return "a SentencePiece .vocab listing (piece and score per line)"
+    return None
 
 
 def _special_ids(vocab: dict[str, int], source: str) -> tuple[int, int, int, int, int]:

@@ -18,12 +18,15 @@ member) and its byte offset, so the user can find and fix it.
 import bz2
 import dataclasses
 import gzip
+import logging
 import lzma
 import os
 import re
 import tarfile
 import zlib
 from typing import BinaryIO, Callable, Iterator
+
+log = logging.getLogger(__name__)
 
 # Lines stream through in blocks of this many bytes (always cut at a newline).
 BLOCK_BYTES = 1 << 22
@@ -150,13 +153,27 @@ def find_input_files(corpus_dir: str) -> list[InputFile]:
     if not os.path.isdir(corpus_dir):
         raise CorpusError(f"--corpus-dir {corpus_dir} is not a directory")
     files = []
-    for root, dirs, names in os.walk(corpus_dir):
+    seen_dirs = set()
+    # Symlinked sub-directories are corpus too (they used to be skipped without a word); a
+    # directory reached twice (a link loop, two links to one place) is read once.
+    for root, dirs, names in os.walk(corpus_dir, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen_dirs:
+            log.warning("--corpus-dir: %s is %s, already read; skipped", root, real)
+            dirs[:] = []
+            continue
+        seen_dirs.add(real)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             path = os.path.join(root, name)
-            if name.startswith(".") or not os.path.isfile(path):
-                continue
             relpath = os.path.relpath(path, corpus_dir)
+            if name.startswith("."):
+                continue
+            if os.path.islink(path) and not os.path.exists(path):
+                raise CorpusError(f"--corpus-dir: {relpath} is a broken symbolic link (to "
+                                  f"{os.readlink(path)}); fix or remove it")
+            if not os.path.isfile(path):
+                continue
             files.append(describe_file(os.path.abspath(path), relpath))
     files.sort(key=lambda f: f.relpath)
     if not files:

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 from model import tokenization
 from pretrain import corpus, example_builder, pretrain_data
-from util import io_utils
+from util import io_utils, training_utils
 
 TARGET_SHARD_BYTES = 32 << 20   # auto shard count: about this much text per shard ...
 MIN_SHARD_BYTES = 64 << 10      # ... but never shards smaller than this
@@ -343,8 +343,24 @@ def _settings_record(cfg: BuildConfig, files: list[corpus.InputFile], num_shards
     return config
 
 
+BUILD_LOCK_FILE = ".build.lock"
+
+
 def build_dataset(cfg: BuildConfig) -> dict:
-    """Runs a whole build (or the rest of an interrupted one); returns the metadata written."""
+    """Runs a whole build (or the rest of an interrupted one); returns the metadata written.
+
+    Raises training_utils.RunLockError while another build writes to the same --output-dir
+    (each would remove the other's temporaries and shards)."""
+    cfg.validate()
+    if os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):
+        raise BuildError(f"--output-dir {cfg.output_dir} is an existing file, not a directory; "
+                         "choose a directory")
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    with training_utils.RunLock(cfg.output_dir, filename=BUILD_LOCK_FILE):
+        return _build_dataset(cfg)
+
+
+def _build_dataset(cfg: BuildConfig) -> dict:
     start_time = time.time()
     cfg.validate()
     log = cfg.log

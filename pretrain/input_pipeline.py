@@ -31,6 +31,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from pretrain import pretrain_data
+from util import record_check
 
 POSITION_KEY = "input_position"
 START = (0, -1)  # position "before the first record"
@@ -42,12 +43,22 @@ class DataFiles(NamedTuple):
 
 
 def _glob_patterns(patterns: str, what: str) -> list[str]:
+    """Files matching a comma-separated list of glob patterns (hparam `what`); a pattern that
+    matches as a whole is taken as one (a path with a comma in it). Refuses files that are not
+    TFRecords (a catch-all glob that also takes metadata.json)."""
     files = []
-    for pattern in patterns.split(","):
+    parts = [patterns] if glob.glob(patterns) else patterns.split(",")
+    for pattern in parts:
         pattern = pattern.strip()
         if pattern:
             files.extend(p for p in glob.glob(pattern) if os.path.isfile(p))
-    return sorted({os.path.abspath(f) for f in files})
+    files = sorted({os.path.abspath(f) for f in files})
+    foreign = record_check.not_tfrecord_files(files)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise ValueError(f"hparam {what}={patterns!r} matches {len(foreign)} file(s) that are not "
+                         f"TFRecord files: {shown}; narrow the pattern to the shards")
+    return files
 
 
 def _metadata_eval_files(train_files: list[str]) -> list[str]:

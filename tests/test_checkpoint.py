@@ -30,6 +30,27 @@ def test_manager_keeps_newest_and_writes_state_file(tmp_path):
     assert manager.latest().endswith("model.ckpt-3")
 
 
+def test_pruning_never_removes_the_checkpoint_just_saved(tmp_path):
+    # A higher-numbered checkpoint left by an earlier run (e.g. damaged, so this run resumed
+    # from an older one) must not push the new save out.
+    checkpoint.CheckpointManager(str(tmp_path), max_to_keep=3).save(variables(), 9)
+    manager = checkpoint.CheckpointManager(str(tmp_path), max_to_keep=1)
+    assert manager.save(variables(), 4).endswith("model.ckpt-4")
+    assert os.path.exists(tmp_path / "model.ckpt-4.index")
+    assert not os.path.exists(tmp_path / "model.ckpt-9.index")
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-4")
+
+
+def test_max_to_keep_zero_keeps_all_and_negative_is_refused(tmp_path):
+    manager = checkpoint.CheckpointManager(str(tmp_path), max_to_keep=0)
+    for step in (1, 2, 3):
+        manager.save(variables(), step)
+    assert all(os.path.exists(tmp_path / f"model.ckpt-{s}.index") for s in (1, 2, 3))
+    for bad in (-1, 1.5, True, None):
+        with pytest.raises(ValueError, match=r"max_to_keep must be an int >= 0"):
+            checkpoint.CheckpointManager(str(tmp_path), max_to_keep=bad)
+
+
 @pytest.mark.parametrize("damage", ["truncate_data", "delete_index"])
 def test_torn_latest_checkpoint_falls_back_to_previous(tmp_path, damage, caplog):
     manager = checkpoint.CheckpointManager(str(tmp_path), max_to_keep=3)

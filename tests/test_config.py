@@ -87,7 +87,7 @@ def test_finetuning_defaults_per_task_and_size():
 def test_finetuning_config_errors():
     with pytest.raises(HParamError, match="Unknown hparam 'layerwise_decay'; did you mean layerwise_lr_decay"):
         FinetuningConfig.from_hparams("m", "/d", {"layerwise_decay": 0.8})
-    with pytest.raises(HParamError, match="hparam 'task_names' expects list, got str 'sst'"):
+    with pytest.raises(HParamError, match=r"hparam 'task_names' expects list\[str\], got str 'sst'"):
         FinetuningConfig.from_hparams("m", "/d", {"task_names": "sst"})
 
 

@@ -363,6 +363,36 @@ def test_feature_cache_reuse_and_invalidation(glue, monkeypatch):
     assert len(calls) == 4
 
 
+def test_feature_cache_follows_the_data_content(glue):
+    """An edited data file is featurized anew even with the same size and mtime; a split with
+    no examples is refused before anything is cached, so fixing the file just works."""
+    config = make_config(glue, ["sst"])
+    train = glue / "finetuning_data" / "sst" / "train.tsv"
+
+    def prepare():
+        tasks = task_builder.get_tasks(config)
+        return preprocessing.Preprocessor(config, tasks).prepare_train()
+
+    first = prepare()
+    stat = os.stat(train)
+    text = train.read_text()
+    flipped = text.replace("good \t1", "good \t0").replace("bad \t0", "bad \t1")
+    assert flipped != text and len(flipped) == len(text)
+    train.write_text(flipped)
+    os.utime(train, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size, same mtime
+    assert prepare().path != first.path
+
+    cache_dir = config.preprocessed_data_dir
+    cached = sorted(os.listdir(cache_dir))
+    train.write_text("sentence\tlabel\n")
+    with pytest.raises(task_lib.TaskDataError, match=r"task sst: no train examples in .*sst/train"
+                                                     r"\.tsv"):
+        prepare()
+    assert sorted(os.listdir(cache_dir)) == cached  # nothing cached for the empty file
+    train.write_text(text)
+    assert prepare().path == first.path  # the fixed file is the first one again
+
+
 def test_undeclared_feature_is_an_error(glue):
     config = make_config(glue, ["sst"])
     pre = preprocessing.Preprocessor(config, task_builder.get_tasks(config))

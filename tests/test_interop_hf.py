@@ -159,6 +159,18 @@ def test_exported_names_and_shapes_are_the_documented_ones(source, tmp_path):
         assert all(v.dtype == np.float32 for v in tensors.values())
 
 
+def test_sentencepiece_model_exports_without_tokenizer_files_only_when_asked(source, tmp_path):
+    from model import tokenization
+    text = [" ".join(f"w{(i * 7 + k) % 27}" for k in range(8)) for i in range(200)]
+    spm = tokenization.train_sentencepiece(text, str(tmp_path / "spm"), 30)
+    md = model_dir_lib.read_model_dir(source, vocab_file=spm)
+    with pytest.raises(ValueError, match=r"is a SentencePiece model.*--no-tokenizer"):
+        export_model.export_huggingface(md, str(tmp_path / "disc"), "discriminator")
+    assert not os.path.exists(tmp_path / "disc")
+    export_model.export_huggingface(md, str(tmp_path / "disc"), "discriminator", tokenizer=False)
+    assert sorted(os.listdir(tmp_path / "disc")) == ["config.json", "model.safetensors"]
+
+
 def test_config_and_tokenizer_files(source, tmp_path):
     md = model_dir_lib.read_model_dir(source)
     export_model.export_huggingface(md, str(tmp_path / "disc"), "discriminator")

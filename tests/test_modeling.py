@@ -153,8 +153,17 @@ def test_unknown_batch_and_length_trace_once():
 def test_config_errors_and_json_round_trip(tmp_path):
     with pytest.raises(ValueError, match=r"hidden_size \(30\) must be a multiple of num_attention_heads \(4\)"):
         modeling.BertConfig(vocab_size=10, hidden_size=30, num_attention_heads=4)
-    with pytest.raises(ValueError, match="unknown hidden_act 'swishy'"):
+    with pytest.raises(ValueError, match=r"hidden_act must be one of \['gelu'.*got 'swishy'"):
         modeling.BertConfig(vocab_size=10, hidden_act="swishy")
+    # Sizes are integers >= 1 (true is an int in Python; 0 heads used to divide by zero);
+    # dropout probabilities in [0, 1); each error names where the value came from.
+    for key, value in (("num_hidden_layers", True), ("hidden_size", "256"),
+                       ("num_attention_heads", 0), ("intermediate_size", 64.0)):
+        with pytest.raises(ValueError, match=rf"^x\.json: {key} must be an integer >= 1, got "):
+            modeling.BertConfig.from_dict({"vocab_size": 10, key: value}, where="x.json")
+    for value in (1.0, -0.1, float("nan"), None):
+        with pytest.raises(ValueError, match=r"hidden_dropout_prob must be a number in \[0, 1\)"):
+            modeling.BertConfig(vocab_size=10, hidden_dropout_prob=value)
     with pytest.raises(ValueError, match=r"unknown keys \['hiden_size'\]"):
         modeling.BertConfig.from_dict({"vocab_size": 10, "hiden_size": 8})
     config = modeling.BertConfig(**TINY)

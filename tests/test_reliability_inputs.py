@@ -11,14 +11,18 @@ RELIABILITY.md lists the cases by name.
 import gzip
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import time
 import types
+import typing
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import build_pretraining_dataset
 import configure_finetuning
@@ -29,7 +33,7 @@ import run_pretraining
 import score_text
 from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
-from util import distribution, io_utils
+from util import checkpoint, distribution, hparams, io_utils
 from util import training_utils as tu
 
 from tests.test_finetune_data import FIXTURES, write_fixtures
@@ -65,6 +69,9 @@ def snapshot(*roots) -> dict[str, str]:
         for directory, _, names in os.walk(root):
             for name in names:
                 path = os.path.join(directory, name)
+                if os.path.islink(path):  # possibly dangling: the link itself is the content
+                    digests[path] = "link to " + os.readlink(path)
+                    continue
                 with open(path, "rb") as f:
                     digests[path] = hashlib.sha256(f.read()).hexdigest()
     return digests
@@ -168,6 +175,13 @@ def build_truncated_gzip(env, tmp):
 
 
 @case
+def build_broken_symlink_in_corpus(env, tmp):
+    act = build(tmp, {"a.txt": GOOD_TEXT})
+    os.symlink(tmp / "gone.txt", tmp / "corpus" / "b.txt")
+    return act, [r"--corpus-dir: b\.txt is a broken symbolic link \(to .*gone\.txt\)"]
+
+
+@case
 def build_vocab_without_special_tokens(env, tmp):
     vocab = tmp / "partial.txt"
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nw1\n")
@@ -192,9 +206,46 @@ def build_vocab_token_twice(env, tmp):
 
 
 @case
+def build_sentencepiece_model_as_wordpiece_vocab(env, tmp):
+    # A binary .model under another name used to be reported as a token listed twice.
+    vocab = tmp / "spm_vocab.txt"
+    shutil.copy(tiny_sentencepiece(tmp), vocab)
+    return build(tmp, {"a.txt": GOOD_TEXT}, str(vocab)), [
+        r"spm_vocab\.txt is a SentencePiece model, not a WordPiece vocab\.txt",
+        r"under a name ending in \.model"]
+
+
+@case
+def build_sentencepiece_vocab_listing_as_wordpiece_vocab(env, tmp):
+    # The .vocab listing beside a .model used to be reported as missing [MASK] etc.
+    spm = tiny_sentencepiece(tmp)
+    return build(tmp, {"a.txt": GOOD_TEXT}, spm[:-len(".model")] + ".vocab"), [
+        r"spm\.vocab is a SentencePiece \.vocab listing \(piece and score per line\), not a "
+        r"WordPiece vocab\.txt"]
+
+
+@case
 def build_max_seq_length_too_small(env, tmp):
     return build(tmp, {"a.txt": GOOD_TEXT}, None, "--max-seq-length", "3"), [
         r"--max-seq-length must be at least 5"]
+
+
+@case
+def build_while_another_build_writes_there(env, tmp):
+    # Two builds into one output dir removed each other's temporaries: FileNotFoundError.
+    (tmp / "out").mkdir()
+    lock = tu.RunLock(str(tmp / "out"), filename=".build.lock")
+    with open(lock.path, "w") as f:
+        json.dump({"pid": os.getppid(), "host": lock.host, "started": time.time()}, f)
+    return build(tmp, {"a.txt": GOOD_TEXT}), [
+        rf"out is in use by another run \(pid {os.getppid()} on host {re.escape(lock.host)}, "
+        r"lock file .*\.build\.lock\)"]
+
+
+@case
+def build_output_dir_is_a_file(env, tmp):
+    (tmp / "out").write_text("not a directory")
+    return build(tmp, {"a.txt": GOOD_TEXT}), [r"--output-dir .*out is an existing file"]
 
 
 @case
@@ -236,6 +287,44 @@ def pretrain_hparams_file_with_syntax_error(env, tmp):
     return (lambda: run_pretraining.main(["--data-dir", data, "--model-name", "m", "--hparams",
                                           str(path)])), [
         rf"{re.escape(str(path))}:3:1: invalid JSON"]
+
+
+@case
+def pretrain_learning_rate_not_finite(env, tmp):
+    data = copy_data(env, tmp)
+    return (lambda: run_pretraining.main(["--data-dir", data, "--model-name", "m", "--hparams",
+                                          '{"learning_rate": NaN}'])), [
+        r"hparam 'learning_rate' must be a finite number, got nan"]
+
+
+@case
+def pretrain_negative_learning_rate(env, tmp):
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, learning_rate=-1e-3)), [
+        r"hparam 'learning_rate' must be > 0, got -0\.001"]
+
+
+@case
+def pretrain_mask_prob_that_masks_no_token(env, tmp):
+    # Used to be reported as max_predictions_per_seq, a key the user never set.
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, mask_prob=0.001)), [
+        r"hparam 'mask_prob' 0\.001 with max_seq_length 16 masks no token",
+        r"Raise mask_prob \(or max_seq_length\), or set max_predictions_per_seq"]
+
+
+@case
+def pretrain_override_of_the_wrong_type(env, tmp):
+    # true is an int in Python: it used to train a 1-layer model without a word.
+    overrides = dict(env.hparams["model_hparam_overrides"], num_hidden_layers=True)
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, model_hparam_overrides=overrides)), [
+        r"hparam 'model_hparam_overrides': num_hidden_layers must be an integer >= 1, got True"]
+
+
+@case
+def pretrain_override_of_zero_heads(env, tmp):
+    # Used to be a ZeroDivisionError.
+    overrides = dict(env.hparams["model_hparam_overrides"], num_attention_heads=0)
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, model_hparam_overrides=overrides)), [
+        r"hparam 'model_hparam_overrides': num_attention_heads must be an integer >= 1, got 0"]
 
 
 @case
@@ -314,6 +403,59 @@ def pretrain_shard_cut_between_records(env, tmp):
         r"\(.*metadata\.json\): a truncated or partial copy"]
 
 
+def other_vocab_of_the_same_size(path) -> str:
+    """The tiny vocabulary with two words swapped: same size, other meanings."""
+    fx.write_vocab(str(path))
+    lines = open(path).read().split("\n")
+    lines[5], lines[6] = lines[6], lines[5]
+    open(path, "w").write("\n".join(lines))
+    return str(path)
+
+
+@case
+def pretrain_vocab_not_the_one_the_data_was_built_with(env, tmp):
+    # metadata.json records the build's vocabulary hash; a same-size other vocabulary used to
+    # pass without a word.
+    assert build(tmp, {"a.txt": GOOD_TEXT * 40})() == 0
+    data = tmp / "data"
+    os.makedirs(data)
+    os.replace(tmp / "out", data / "pretrain_tfrecords")
+    other_vocab_of_the_same_size(data / "vocab.txt")
+    return pretrain(data, **env.hparams), [
+        r"vocabulary .*data/vocab\.txt is not the one the tfrecords in .*pretrain_tfrecords were "
+        rf"built with \({re.escape(str(tmp / 'vocab.txt'))}, sha256 [0-9a-f]{{12}}"]
+
+
+@case
+def pretrain_resume_with_another_vocab_of_the_same_size(env, tmp):
+    # Used to warn, then overwrite the model dir's vocab.txt beside the old checkpoints.
+    data = copy_data(env, tmp)
+    copy_model(env, data, num_train_steps=4)
+    other = other_vocab_of_the_same_size(tmp / "other_vocab.txt")
+    return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4, vocab_file=other)), [
+        r"models/tiny holds checkpoints trained with vocabulary .*models/tiny/vocab\.txt, but "
+        r"vocab_file is .*other_vocab\.txt, a different one"]
+
+
+@case
+def pretrain_data_glob_matches_non_tfrecords(env, tmp):
+    # A catch-all glob took metadata.json too: a DataLossError traceback.
+    data = copy_data(env, tmp)
+    pattern = os.path.join(data, "pretrain_tfrecords", "*")
+    return pretrain(data, **dict(env.hparams, pretrain_tfrecords=pattern)), [
+        r"hparam pretrain_tfrecords='.*pretrain_tfrecords/\*' matches 1 file\(s\) that are not "
+        r"TFRecord files: .*metadata\.json; narrow the pattern"]
+
+
+@case
+def pretrain_eval_tfrecords_match_nothing(env, tmp):
+    # The message used to say to set eval_tfrecords, which was set.
+    data = copy_data(env, tmp)
+    return pretrain(data, **dict(env.hparams, do_eval=True,
+                                 eval_tfrecords=os.path.join(data, "heldout*"))), [
+        r"hparam eval_tfrecords='.*heldout\*' matches no file"]
+
+
 @case
 def pretrain_tfrecords_of_another_length(env, tmp):
     return pretrain(copy_data(env, tmp), **dict(env.hparams, max_seq_length=24)), [
@@ -361,6 +503,37 @@ def pretrain_init_checkpoint_of_another_size(env, tmp):
         r"the model expects", r"another model size"]
 
 
+def fake_trial(env, tmp, with_config=True) -> str:
+    """A fine-tuning trial dir of the shared model: its encoder, an sst head, finetune_config."""
+    trial = tmp / "sst_model_1"
+    tensors = {n: v for n, v in checkpoint.read_all(env.model_dir).items()
+               if n.startswith("electra/") and not n.endswith(("adam_m", "adam_v"))}
+    tensors["task_specific/sst/dense/kernel"] = np.zeros([32, 2], np.float32)
+    tensors["task_specific/sst/dense/bias"] = np.zeros([2], np.float32)
+    checkpoint.CheckpointManager(str(trial)).save(tensors, 3)
+    if with_config:
+        (trial / "finetune_config.json").write_text(json.dumps(
+            {"init": "pretrained", "training_settings": {"init_checkpoint": env.model_dir}}))
+    return str(trial)
+
+
+@case
+def pretrain_init_checkpoint_is_a_finetuned_trial(env, tmp):
+    # Used to be reported as a list of missing variables, and to train on.
+    trial = fake_trial(env, tmp)
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, init_checkpoint=trial)), [
+        r"init_checkpoint .*sst_model_1 is a fine-tuned model \(.*finetune_config\.json\)",
+        rf"Give the pre-trained model it was fine-tuned from \({re.escape(env.model_dir)}\)"]
+
+
+@case
+def pretrain_init_checkpoint_is_a_finetuned_checkpoint(env, tmp):
+    trial = fake_trial(env, tmp, with_config=False)
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, init_checkpoint=trial)), [
+        r"init_checkpoint .*sst_model_1/model\.ckpt-3 is a fine-tuned model \(task heads "
+        r"\['sst'\]\) without \d+ of the pre-training variables"]
+
+
 @case
 def pretrain_init_checkpoint_missing(env, tmp):
     return pretrain(copy_data(env, tmp), **dict(env.hparams, init_checkpoint=str(tmp / "no"))), [
@@ -378,6 +551,24 @@ def pretrain_only_unreadable_checkpoints(env, tmp):
     return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4)), [
         r"models/tiny holds 1 checkpoint\(s\) but none reads back \(model\.ckpt-2: ",
         r"Refusing to start again from step 0"]
+
+
+@case
+def pretrain_keep_checkpoint_max_negative(env, tmp):
+    # Used to train, then prune the run's only checkpoint and crash with an IndexError.
+    data = copy_data(env, tmp)
+    copy_model(env, data, num_train_steps=4)
+    return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4,
+                                         keep_checkpoint_max=-1)), [
+        r"hparam 'keep_checkpoint_max' must be >= 0, got -1"]
+
+
+@case
+def pretrain_model_dir_with_a_bracket(env, tmp):
+    # Training used to save checkpoints there that no run could read back.
+    return pretrain(copy_data(env, tmp), "m[0]", **env.hparams), [
+        r"model dir .*models/m\[0\] contains '\[': TensorFlow's checkpoint reader takes it for "
+        r"a glob pattern"]
 
 
 @case
@@ -432,6 +623,41 @@ def finetune_unknown_task(env, tmp):
 def finetune_unknown_hparam(env, tmp):
     return finetune(env, tmp, num_train_epoch=2.0), [
         r"Unknown hparam 'num_train_epoch'; did you mean num_train_epochs"]
+
+
+@case
+def finetune_dropout_out_of_range(env, tmp):
+    return finetune(env, tmp, model_hparam_overrides={"hidden_dropout_prob": 1.0}), [
+        r"hparam 'model_hparam_overrides': hidden_dropout_prob must be a number in \[0, 1\), "
+        r"got 1\.0"]
+
+
+@case
+def finetune_layerwise_lr_decay_out_of_range(env, tmp):
+    return finetune(env, tmp, layerwise_lr_decay=1.5), [
+        r"hparam 'layerwise_lr_decay' must be in \[0, 1\], got 1\.5"]
+
+
+@case
+def finetune_raw_data_dir_with_a_stray_brace(env, tmp):
+    # Used to be a KeyError traceback from str.format.
+    return finetune(env, tmp, raw_data_dir=str(tmp / "{tsk}")), [
+        r"hparam raw_data_dir '.*\{tsk\}' is not a pattern with \{task\}"]
+
+
+@case
+def finetune_results_file_is_a_directory(env, tmp):
+    # The write used to fail only after every trial had trained.
+    (tmp / "results_dir").mkdir()
+    return finetune(env, tmp, results_json=str(tmp / "results_dir")), [
+        r"hparam 'results_json' is .*results_dir, an existing directory; it names a file"]
+
+
+@case
+def finetune_feature_cache_dir_is_a_file(env, tmp):
+    (tmp / "cache").write_text("a file")
+    return finetune(env, tmp, preprocessed_data_dir=str(tmp / "cache")), [
+        r"hparam 'preprocessed_data_dir' is .*cache, an existing file; it names a directory"]
 
 
 @case
@@ -571,6 +797,13 @@ def finetune_batch_not_divisible_by_replicas(env, tmp):
 
 
 @case
+def finetune_empty_training_file(env, tmp):
+    # Used to cache zero examples, then divide by zero (ZeroDivisionError).
+    return finetune(env, tmp, files={"sst": {"train.tsv": "sentence\tlabel\n"}}), [
+        r"task sst: no train examples in .*finetuning_data/sst/train\.tsv"]
+
+
+@case
 def finetune_damaged_feature_cache(env, tmp):
     # The featurized tfrecord cache (derived data) got damaged after it was written.
     act = finetune(env, tmp)
@@ -639,6 +872,125 @@ def export_import_of_a_pickle(env, tmp):
         r"pytorch_model\.bin", r"pickle"]
 
 
+def export(model_dir, output, *extra):
+    return lambda: export_model.main(["--model-dir", str(model_dir), "--format", "huggingface",
+                                      "--output", str(output), *extra])
+
+
+def private_model(env, tmp) -> str:
+    """A copy of the shared model (a case that fails must damage only its own copy)."""
+    target = str(tmp / "models" / "tiny")
+    shutil.copytree(env.model_dir, target)
+    return target
+
+
+@case
+def export_output_is_the_model_dir(env, tmp):
+    # --overwrite used to replace the model dir (every checkpoint) with the export.
+    model = private_model(env, tmp)
+    return export(model, model, "--overwrite"), [
+        r"--output .*models/tiny is --model-dir .*models/tiny", r"Choose an output outside it"]
+
+
+@case
+def export_output_is_a_symlink_to_the_model_dir(env, tmp):
+    model = private_model(env, tmp)
+    os.symlink(model, tmp / "link")
+    return export(model, tmp / "link", "--overwrite"), [r"--output .*link is --model-dir"]
+
+
+@case
+def export_output_contains_the_model_dir(env, tmp):
+    model = private_model(env, tmp)
+    return export(model, tmp / "models", "--overwrite"), [
+        r"--output .*/models contains --model-dir .*models/tiny"]
+
+
+@case
+def export_output_inside_the_model_dir(env, tmp):
+    model = private_model(env, tmp)
+    return export(model, os.path.join(model, "hf"), "--overwrite"), [
+        r"--output .*models/tiny/hf lies inside --model-dir"]
+
+
+@case
+def export_output_contains_the_vocab_file(env, tmp):
+    model = private_model(env, tmp)
+    vocab = tmp / "vocabs" / "vocab.txt"
+    vocab.parent.mkdir()
+    shutil.copy(env.vocab, vocab)
+    return export(model, vocab.parent, "--overwrite", "--vocab-file", str(vocab)), [
+        r"--output .*vocabs contains --vocab-file .*vocabs/vocab\.txt"]
+
+
+@case
+def export_output_is_an_existing_file(env, tmp):
+    (tmp / "out.txt").write_text("not an export")
+    return export(private_model(env, tmp), tmp / "out.txt", "--overwrite"), [
+        r"output .*out\.txt is an existing file, not a directory"]
+
+
+def hf_export_with_config(env, tmp, **changes):
+    """An HF export of the shared model whose config.json then gets `changes`."""
+    out = tmp / "hf"
+    assert export(env.model_dir, out)() == 0
+    values = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(dict(values, **changes)))
+    return lambda: export_model.main(["--import-dir", str(out), "--format", "huggingface",
+                                      "--output", str(tmp / "imported")])
+
+
+@case
+def export_import_of_a_truncated_safetensors(env, tmp):
+    # Used to be a SafetensorError traceback.
+    act = hf_export_with_config(env, tmp)
+    weights = tmp / "hf" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    return act, [r"hf/model\.safetensors is damaged or not a safetensors file \(.*incomplete",
+                 r"download or save it again"]
+
+
+@case
+def export_import_config_of_another_size(env, tmp):
+    # Used to import, and fail later in fine-tuning.
+    return hf_export_with_config(env, tmp, intermediate_size=128), [
+        r"hf/config\.json does not describe these weights", r"electra\.encoder\.layer\.0\."
+        r"intermediate\.dense\.weight is \[64, 32\], config implies \[128, 32\]"]
+
+
+@case
+def export_import_config_with_fewer_layers(env, tmp):
+    return hf_export_with_config(env, tmp, num_hidden_layers=1), [
+        r"hf/config\.json does not describe these weights", r"the weights have 2 layers, config "
+        r"num_hidden_layers is 1"]
+
+
+def tiny_sentencepiece(tmp) -> str:
+    """A SentencePiece model small enough for the tiny model's vocab_size (32)."""
+    from model import tokenization
+    text = [" ".join(f"w{(i * 7 + k) % 27}" for k in range(8)) for i in range(200)]
+    return tokenization.train_sentencepiece(text, str(tmp / "spm"), 30)
+
+
+@case
+def export_sentencepiece_model_to_huggingface(env, tmp):
+    # Used to copy the binary .model to vocab.txt under ElectraTokenizer (garbage tokens).
+    spm = tiny_sentencepiece(tmp)
+    return export(private_model(env, tmp), tmp / "hf", "--vocab-file", spm), [
+        r"vocabulary .*spm\.model is a SentencePiece model", r"ElectraTokenizer",
+        r"--no-tokenizer"]
+
+
+@case
+def export_import_output_is_the_import_dir(env, tmp):
+    source = tmp / "hf"
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    return (lambda: export_model.main(["--import-dir", str(source), "--format", "huggingface",
+                                       "--output", str(source), "--overwrite"])), [
+        r"--output .*hf is --import-dir"]
+
+
 @case
 def score_text_wrong_vocab_for_the_checkpoint(env, tmp):
     vocab = tmp / "other_vocab.txt"
@@ -649,6 +1001,22 @@ def score_text_wrong_vocab_for_the_checkpoint(env, tmp):
                                      "w1 w2 w3"])), [
         r"vocabulary .*other_vocab\.txt has 40 tokens but the model in .*models/tiny has "
         r"vocab_size 32"]
+
+
+def _score_text_max_seq_length(value, patterns):
+    def make(env, tmp):
+        return (lambda: score_text.main(["--model-dir", env.model_dir, "--max-seq-length",
+                                         value, "w1 w2 w3"])), patterns
+    make.__name__ = f"score_text_max_seq_length_{value.replace('-', 'minus_')}"
+    return case(make)
+
+
+# 1, -5 and 0 were accepted (0 silently meaning the default); above the positions, clipped.
+for _value in ("1", "-5", "0"):
+    _score_text_max_seq_length(_value, [
+        rf"--max-seq-length must be at least 3 \(\[CLS\], a token, \[SEP\]\), got {_value}"])
+_score_text_max_seq_length("33", [
+    r"--max-seq-length 33 exceeds the model's max_position_embeddings \(32, .*models/tiny\)"])
 
 
 @case
@@ -662,6 +1030,146 @@ def test_the_catalogue_is_large_and_covers_every_command():
     commands = {name.split("_")[0] for name in CASES}
     assert commands == {"build", "pretrain", "finetune", "export", "score"}
     assert len(CASES) >= 30
+
+
+# -- paths that must work as given -------------------------------------------------------------
+
+
+def test_data_and_model_paths_with_glob_comma_and_brace_characters_work(env, tmp_path):
+    """* ? ] , { } in a data dir or model name are literal: the default tfrecord glob, the
+    comma-separated pattern list and the {task} pattern used to find nothing or raise a KeyError.
+    ('[' is refused: TensorFlow's checkpoint reader cannot read under it; catalogue case.)"""
+    odd = tmp_path / "d] {x},y*?"
+    shutil.copytree(env.data_dir, odd, ignore=shutil.ignore_patterns("models"))
+    assert pretrain(odd, "m{0}*", **dict(env.hparams, num_train_steps=2))() == 0
+    assert checkpoint.latest_valid(str(odd / "models" / "m{0}*")).endswith("model.ckpt-2")
+    write_fixtures(odd, tasks={"sst"})
+    values = dict(task_names=["sst"], vocab_size=fx.VOCAB_SIZE, max_seq_length=16,
+                  train_batch_size=4, eval_batch_size=4, predict_batch_size=4,
+                  num_train_epochs=1.0)
+    assert run_finetuning.main(["--data-dir", str(odd), "--model-name", "m{0}*", "--hparams",
+                                json.dumps(values)]) == 0
+    assert os.path.isfile(odd / "models" / "m{0}*" / "results" / "sst_results.json")
+
+
+def test_symlinked_corpus_directories_are_read_once(tmp_path):
+    """A symlinked sub-directory used to be skipped without a word; a link loop is read once."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.txt").write_text(GOOD_TEXT * 20)
+    act = build(tmp_path, {})
+    os.symlink(elsewhere, tmp_path / "corpus" / "linked")
+    os.symlink(tmp_path / "corpus", elsewhere / "loop")
+    assert act() == 0
+    metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert metadata["num_examples"] > 0
+    files = build_pretraining_dataset.corpus.find_input_files(str(tmp_path / "corpus"))
+    assert [f.relpath for f in files] == ["linked/a.txt"]
+
+
+# -- every hparam, every wrong type and out-of-range value (property test) --------------------
+
+
+def _bad_values(annotation, valid) -> st.SearchStrategy:
+    """Values of the wrong type for `annotation`, or outside `valid` (non-finite for floats)."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    optional = union and type(None) in typing.get_args(annotation)
+    base = next(a for a in typing.get_args(annotation) if a is not type(None)) if union \
+        else annotation
+    origin = typing.get_origin(base) or base
+    wrong = {
+        int: [st.text(max_size=4), st.floats(), st.booleans(), st.lists(st.integers(), max_size=2)],
+        float: [st.text(max_size=4), st.booleans(), st.lists(st.floats(), max_size=2), st.just({})],
+        bool: [st.integers(), st.text(max_size=4), st.floats(), st.just([True])],
+        str: [st.integers(), st.booleans(), st.floats(), st.lists(st.text(max_size=3), max_size=2)],
+        list: [st.text(max_size=4), st.integers(), st.lists(st.integers(), min_size=1, max_size=2)],
+        dict: [st.text(max_size=4), st.integers(), st.lists(st.integers(), max_size=2)],
+    }[origin]
+    if not optional:
+        wrong.append(st.none())
+    out = []
+    if origin is float:
+        out.append(st.sampled_from([math.nan, math.inf, -math.inf]))
+    if isinstance(valid, hparams.Range):
+        number = st.integers if origin is int else st.floats
+        if valid.lo is not None:
+            out.append(number(max_value=valid.lo, allow_nan=False, allow_infinity=False)
+                       if origin is float else number(max_value=valid.lo - (not valid.lo_open)))
+            if origin is float and not valid.lo_open:
+                out[-1] = out[-1].filter(lambda x, lo=valid.lo: x < lo)
+        if valid.hi is not None:
+            out.append(number(min_value=valid.hi, allow_nan=False, allow_infinity=False)
+                       if origin is float else number(min_value=valid.hi + (not valid.hi_open)))
+            if origin is float and not valid.hi_open:
+                out[-1] = out[-1].filter(lambda x, hi=valid.hi: x > hi)
+    if isinstance(valid, hparams.OneOf):
+        out.append(st.text(max_size=8).filter(lambda x: x not in valid.choices))
+    return st.one_of(*wrong, *out)
+
+
+def _bad_override() -> st.SearchStrategy:
+    """model_hparam_overrides with one architecture value of the wrong type or out of range."""
+    sizes = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+             "intermediate_size", "max_position_embeddings", "type_vocab_size", "embedding_size"]
+    size_bad = st.one_of(st.text(max_size=3), st.floats(), st.booleans(),
+                         st.integers(max_value=0), st.lists(st.integers(), max_size=1))
+    prob_bad = st.one_of(st.text(max_size=3), st.booleans(), st.none(),
+                         st.floats().filter(lambda x: not 0 <= x < 1))
+    return st.one_of(
+        st.builds(lambda k, v: {k: v}, st.sampled_from(sizes), size_bad),
+        st.builds(lambda k, v: {k: v}, st.sampled_from(["hidden_dropout_prob",
+                                                        "attention_probs_dropout_prob"]), prob_bad),
+        st.builds(lambda v: {"initializer_range": v},
+                  st.one_of(st.floats().filter(lambda x: not x > 0 or x == math.inf),
+                            st.text(max_size=3), st.none())),
+        st.builds(lambda v: {"hidden_act": v}, st.one_of(st.integers(), st.none(),
+                                                         st.sampled_from(["nope", ""]))))
+
+
+def _bad_hparams(config_class) -> st.SearchStrategy:
+    hints = typing.get_type_hints(config_class)
+    valid = config_class.valid_values()
+    per_key = [st.tuples(st.just(k), _bad_values(hints[k], valid[k])) for k in valid]
+    per_key.append(st.tuples(st.just("model_hparam_overrides"), _bad_override()))
+    return st.one_of(*per_key)
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_every_hparam_of_the_wrong_type_or_out_of_range_is_refused_with_exit_2(
+        command, tmp_path_factory):
+    """Exit 2 and a message naming the key, never a traceback, for each hparam of both configs
+    given a value of another type, outside its valid range, or not finite; model_hparam_overrides
+    values too."""
+    from configure_finetuning import FinetuningConfig
+    data = str(tmp_path_factory.mktemp("nowhere"))  # refused before any file is read
+    config_class, main = ((PretrainingConfig, run_pretraining.main) if command == "pretrain"
+                          else (FinetuningConfig, run_finetuning.main))
+    seen = set()
+
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(_bad_hparams(config_class))
+    def check(item):
+        key, value = item
+        seen.add(key)
+        values = {key: value}
+        if command == "finetune" and key != "task_names":
+            values["task_names"] = ["sst"]
+        with pytest.raises(hparams.HParamError) as e:
+            config_class.from_hparams("m", data, values)
+        assert key in str(e.value) or (key == "max_seq_length" and "mask_prob" in str(e.value)), \
+            str(e.value)
+        try:
+            code = main(["--data-dir", data, "--model-name", "m", "--hparams",
+                         json.dumps(values, allow_nan=True)])
+        except Exception as error:  # noqa: BLE001 -- the property: none escapes main
+            raise AssertionError(f"{values}: traceback instead of exit 2: {error!r}") from error
+        assert code == 2, values
+
+    check()
+    # Every hparam was tried (the strategies draw keys uniformly).
+    assert seen >= set(config_class.valid_values()) - {"model_name", "data_dir"} | {
+        "model_hparam_overrides"}, sorted(set(config_class.valid_values()) - seen)
 
 
 # -- the test -------------------------------------------------------------------------------

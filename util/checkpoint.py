@@ -32,6 +32,15 @@ class UnreadableCheckpointsError(ValueError):
     """A directory holds checkpoints but none of them reads back."""
 
 
+def check_path(path: str, what: str = "checkpoint path") -> None:
+    """Refuses a checkpoint path TensorFlow cannot read back: its reader takes '[' in a prefix
+    for a glob pattern and then finds nothing (saving works; every restore would fail)."""
+    if "[" in os.path.abspath(path):
+        raise ValueError(f"{what} {path} contains '[': TensorFlow's checkpoint reader takes it "
+                         "for a glob pattern and cannot read checkpoints there; use a path "
+                         "without '['")
+
+
 def checkpoint_name(variable: tf.Variable) -> str:
     """The name a variable is saved under: its tf name without the ':0' suffix."""
     name = variable.name
@@ -45,6 +54,7 @@ def _files_of(prefix: str) -> list[str]:
 
 def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> str:
     """Writes `tensors` (name -> value) as checkpoint `prefix`, atomically."""
+    check_path(prefix)
     directory = os.path.dirname(os.path.abspath(prefix))
     os.makedirs(directory, exist_ok=True)
     tmp_prefix = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(prefix)}")
@@ -126,6 +136,7 @@ def latest_valid(directory: str, strict: bool = False) -> str | None:
     UnreadableCheckpointsError instead of returning None (resuming would silently restart
     from step 0 and later prune them).
     """
+    check_path(directory, "checkpoint directory")
     reasons = []
     for prefix in _candidates(directory):
         ok, reason = is_readable(prefix)
@@ -149,6 +160,7 @@ def _step_of(prefix: str) -> int:
 
 def resolve(path: str) -> str:
     """A checkpoint prefix from a prefix or a directory (its newest readable checkpoint)."""
+    check_path(path)
     if os.path.isdir(path):
         prefix = latest_valid(path)
         if prefix is None:
@@ -197,9 +209,14 @@ def restore(variables: Mapping[str, tf.Variable], path: str,
 
 
 class CheckpointManager:
-    """Saves numbered checkpoints `<dir>/model.ckpt-<step>` and keeps the newest `max_to_keep`."""
+    """Saves numbered checkpoints `<dir>/model.ckpt-<step>` and keeps the newest `max_to_keep`
+    (0 keeps them all, as tf.train.Saver); the checkpoint just saved is always kept."""
 
     def __init__(self, directory: str, max_to_keep: int = 5, basename: str = "model.ckpt"):
+        if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 0:
+            raise ValueError(f"max_to_keep must be an int >= 0 (0 keeps every checkpoint), got "
+                             f"{max_to_keep!r}")
+        check_path(directory, "checkpoint directory")
         self.directory = directory
         self.max_to_keep = max_to_keep
         self.basename = basename
@@ -209,11 +226,13 @@ class CheckpointManager:
         save_tensors(prefix, tensors)
         # Complete checkpoints on disk count too: one written just before a crash is complete
         # but missing from the state file, and would otherwise never be pruned.
-        kept = [p for p in set(_state_paths(self.directory)) | set(self._own_prefixes())
-                if p != prefix and os.path.exists(p + ".index")]
-        kept.append(prefix)
-        kept.sort(key=_step_of)
-        stale, kept = kept[:-self.max_to_keep], kept[-self.max_to_keep:]
+        others = sorted((p for p in set(_state_paths(self.directory)) | set(self._own_prefixes())
+                         if p != prefix and os.path.exists(p + ".index")), key=_step_of)
+        # The checkpoint just written is kept whatever the others' steps (a run resumed from an
+        # older one after a damaged newer one must not prune its own save).
+        room = len(others) if self.max_to_keep == 0 else self.max_to_keep - 1
+        cut = max(0, len(others) - room)
+        stale, kept = others[:cut], others[cut:] + [prefix]
         # The TF `checkpoint` state file (text proto), written atomically; paths relative.
         lines = [f'model_checkpoint_path: "{os.path.basename(prefix)}"']
         lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in kept]

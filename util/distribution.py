@@ -8,6 +8,9 @@ import tensorflow as tf
 log = logging.getLogger(__name__)
 
 
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
+
 def make_strategy(name: str = "default", tpu_name: str | None = None, tpu_zone: str | None = None,
                   gcp_project: str | None = None) -> tf.distribute.Strategy:
     """`default` (one device), `mirrored` (all local GPUs, or CPU), `multi_worker`

@@ -2,11 +2,14 @@
 
 Both configure_pretraining.py and configure_finetuning.py build on `HParams`: fields are declared
 as dataclass fields with defaults; `update()` refuses unknown keys (suggesting the closest valid
-names) and values of the wrong type (naming key, expected type and value).
+names) and values of the wrong type (naming key, expected type and value); `check_values()`
+refuses numbers that are not finite or outside the `valid` range a field declares (`hp(...,
+valid=Range(...) or OneOf(...))`), before anything is derived from them.
 """
 import dataclasses
 import difflib
 import json
+import math
 import os
 import typing
 from typing import Any, Mapping, TypeVar
@@ -76,12 +79,61 @@ def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
-def hp(default: Any, help: str) -> Any:
-    """A dataclass field with a default and the one-line meaning shown in the hparams reference."""
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Valid numbers: between lo and hi (None: unbounded), each bound closed unless *_open."""
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def ok(self, value: Any) -> bool:
+        if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
+            return False
+        return self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)
+
+    def __str__(self) -> str:
+        lo, hi = _number(self.lo), _number(self.hi)
+        if self.lo is not None and self.hi is not None:
+            return f"in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '>='} {lo}"
+        return f"{'<' if self.hi_open else '<='} {hi}" if self.hi is not None else "any"
+
+
+def _number(x: float | None) -> str:
+    if x is None:
+        return ""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """Valid values: one of `choices`."""
+    choices: tuple
+
+    def ok(self, value: Any) -> bool:
+        return value in self.choices
+
+    def __str__(self) -> str:
+        return f"one of {list(self.choices)}"
+
+
+POSITIVE = Range(0, None, lo_open=True)
+NON_NEGATIVE = Range(0)
+AT_LEAST_ONE = Range(1)
+PROBABILITY = Range(0, 1)
+SEED = Range(0, 2**31 - 1)
+
+
+def hp(default: Any, help: str, valid: Range | OneOf | None = None) -> Any:
+    """A dataclass field with a default, the one-line meaning shown in the hparams reference and
+    the values it accepts (checked with every hparam's type before a run starts)."""
+    metadata = {"help": help, "valid": valid}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: json.loads(json.dumps(default)),
-                                 metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+                                 metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass
@@ -122,8 +174,41 @@ class HParams:
         config.update(values)
         config._set_derived_defaults()
         config.update(values)  # the user's values beat the derived defaults
+        config.check_values()  # before anything is derived from them
         config._finalize()
         return config
+
+    def check_values(self) -> None:
+        """Every number is finite and within its field's `valid` range (HParamError naming the
+        key, the valid values and the value)."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None or isinstance(value, bool):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise HParamError(f"hparam {f.name!r} must be a finite number, got {value!r}")
+            valid = f.metadata.get("valid")
+            if valid is not None and not valid.ok(value):
+                raise HParamError(f"hparam {f.name!r} must be {valid}, got {value!r}")
+
+    def check_output_paths(self, files: list[str], dirs: list[str]) -> None:
+        """Refuses, before any work, output hparams naming a directory where a file is written
+        (`files`) or a file where a directory is (`dirs`): the write would fail at the end."""
+        for key in files:
+            path = getattr(self, key)
+            if path and os.path.isdir(path):
+                raise HParamError(f"hparam {key!r} is {path}, an existing directory; it names a "
+                                  "file to write")
+        for key in dirs:
+            path = getattr(self, key)
+            if path and os.path.exists(path) and not os.path.isdir(path):
+                raise HParamError(f"hparam {key!r} is {path}, an existing file; it names a "
+                                  "directory to write in")
+
+    @classmethod
+    def valid_values(cls) -> dict[str, Range | OneOf | None]:
+        """name -> the values the hparam accepts (None: any of its type)."""
+        return {f.name: f.metadata.get("valid") for f in dataclasses.fields(cls) if f.init}
 
     def _set_derived_defaults(self) -> None:
         """Hook of from_hparams: defaults implied by the hparams set so far."""

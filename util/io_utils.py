@@ -4,6 +4,7 @@ A crash mid-write leaves the previous file (or nothing) in place, never a torn f
 """
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import re
@@ -83,3 +84,12 @@ def read_json(path: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file's content, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

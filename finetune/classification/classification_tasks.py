@@ -114,6 +114,9 @@ class SingleOutputTask(task_lib.Task):
     def is_unlabeled(split: str) -> bool:
         return split.startswith("test") or split == "diagnostic"
 
+    def split_files(self, split: str) -> list[str]:
+        return [self.data_file(self.split_file(split))]
+
     def get_examples(self, split: str) -> list[InputExample]:
         path = self.data_file(self.split_file(split))
         rows = glue_data.read_rows(path, self.layout(split), self.max_examples(split))

@@ -63,6 +63,9 @@ class QATask(task_lib.Task):
             f"task {self.name!r}: no {' or '.join(split + e for e in self.extensions)} in "
             f"{directory} (directory has: {', '.join(present) if present else 'nothing'})")
 
+    def split_files(self, split: str) -> list[str]:
+        return [self.split_path(split)]
+
     @staticmethod
     def is_labeled(split: str) -> bool:
         return not split.startswith("test")

@@ -225,6 +225,12 @@ class TaggingTask(task_lib.Task):
         """Sentences of train.txt held out as the dev set (0 when dev.txt exists)."""
         return 0 if self.has_dev_file() else self.config.heldout_dev_sentences
 
+    def split_files(self, split: str) -> list[str]:
+        """<split>.txt; train.txt for a dev set held out of it."""
+        if split not in ("train", "dev") or split == "dev" and self.has_dev_file():
+            return [self.data_file(f"{split}.txt")]
+        return [self.data_file("train.txt")]
+
     def _split_sentences(self, split: str) -> list[ConllSentence]:
         if split not in ("train", "dev") or split == "dev" and self.has_dev_file():
             return self._read(f"{split}.txt")
