@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from model import modeling, tokenization
+from util import io_utils
 from util.distribution import STRATEGIES
 from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, HParamError,
                           HParams, OneOf, Range, hp)
@@ -189,7 +190,30 @@ class FinetuningConfig(HParams):
             (len(self.task_names) > 0, "task_names", "must name at least one task"),
         ]
         self._enforce(checks)
+        self._check_vocab_matches_the_model()
         modeling.check_max_seq_length(self.max_seq_length, self.bert_config())
+
+    def _check_vocab_matches_the_model(self) -> None:
+        """A vocab_file whose content differs from the copy in the pre-trained model's dir would
+        read the text with other token ids than the model learned: refused, naming both."""
+        if not self.init_checkpoint:
+            return
+        directory = (self.init_checkpoint if os.path.isdir(self.init_checkpoint)
+                     else os.path.dirname(self.init_checkpoint))
+        model_vocab = tokenization.find_vocab_file(directory)
+        if (model_vocab is None or not os.path.isfile(self.vocab_file)
+                or os.path.samefile(model_vocab, self.vocab_file)):
+            return
+        if io_utils.sha256_file(model_vocab) == io_utils.sha256_file(self.vocab_file):
+            return
+        # Of another size, the run's size check names the mismatch more precisely.
+        sizes = {len(tokenization.load_vocab(path)) for path in (model_vocab, self.vocab_file)}
+        if len(sizes) == 1:
+            raise HParamError(
+                f"hparam 'vocab_file' {self.vocab_file} is not the vocabulary the pre-trained model "
+                f"was trained with ({model_vocab}, other content): the text would be read with "
+                f"other token ids. Leave vocab_file unset to use the model's, or point it at "
+                f"{model_vocab}")
 
     def pretrained_bert_config_file(self) -> str | None:
         """bert_config.json next to the initial checkpoint (our model dirs write one), if any."""

@@ -620,6 +620,15 @@ def finetune_unknown_task(env, tmp):
 
 
 @case
+def finetune_vocab_other_than_the_pretrained_models(env, tmp):
+    # Same size, other content: used to fine-tune with other token ids than the model learned.
+    other = other_vocab_of_the_same_size(tmp / "other_vocab.txt")
+    return finetune(env, tmp, vocab_file=other), [
+        r"hparam 'vocab_file' .*other_vocab\.txt is not the vocabulary the pre-trained model was "
+        r"trained with \(.*models/tiny/vocab\.txt, other content\)"]
+
+
+@case
 def finetune_unknown_hparam(env, tmp):
     return finetune(env, tmp, num_train_epoch=2.0), [
         r"Unknown hparam 'num_train_epoch'; did you mean num_train_epochs"]
