@@ -72,6 +72,8 @@ class FinetuningConfig(HParams):
                           valid=POSITIVE)
     save_checkpoints_steps: int = hp(1000000, "checkpoint a trial every this many steps",
                                      valid=AT_LEAST_ONE)
+    save_checkpoints_secs: float = hp(0.0, "also checkpoint when this many seconds have passed since the last save, at the next step boundary (0: by steps only); bounds the work a crash loses in minutes (SIGTERM/SIGINT always save: exit status 75)",
+                                      valid=NON_NEGATIVE)
     iterations_per_loop: int = hp(1000, "steps per host loop",
                                   valid=AT_LEAST_ONE)
     use_tfrecords_if_existing: bool = hp(True, "reuse cached featurized tfrecords when their key matches")

@@ -67,6 +67,8 @@ class PretrainingConfig(HParams):
                                   valid=AT_LEAST_ONE)
     save_checkpoints_steps: int = hp(1000, "checkpoint every this many steps",
                                      valid=NON_NEGATIVE)
+    save_checkpoints_secs: float = hp(0.0, "also checkpoint when this many seconds have passed since the last save, at the next step boundary (0: by steps only); bounds the work a crash loses in minutes (SIGTERM/SIGINT always save: exit status 75)",
+                                      valid=NON_NEGATIVE)
     num_train_steps: int = hp(1000000, "total optimizer steps",
                               valid=AT_LEAST_ONE)
     num_eval_steps: int = hp(100, "batches evaluated by do_eval",

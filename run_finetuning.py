@@ -28,6 +28,7 @@ from finetune import trainer
 from util import checkpoint
 from util import distribution
 from util import io_utils
+from util import preemption
 from util import record_check
 from util import training_utils
 
@@ -115,6 +116,9 @@ def run_trial(config, tasks, preprocessor, trial, strategy) -> dict[str, Any] | 
     runner.initialize()
     if config.do_train:
         runner.train()
+    if preemption.requested():  # trained and saved (a signal during the last steps)
+        raise preemption.Preempted(f"stopped on a signal before trial {trial}'s eval; re-run "
+                                   "the same command to evaluate it", step=runner.global_step)
     record = None
     if config.do_eval:
         record = {"trial": trial, "seed": runner.seed, "global_step": runner.global_step,
@@ -153,6 +157,9 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     with training_utils.RunLock(lock_dir, filename=f".{lock_name}.lock"):
         records = []
         for trial in range(1, config.num_trials + 1):
+            if preemption.requested():
+                raise preemption.Preempted(f"stopped on a signal before trial {trial}; re-run "
+                                           "the same command to continue")
             log.info("=== trial %d/%d: model %s, tasks %s ===", trial, config.num_trials,
                      config.model_name, ",".join(config.task_names))
             try:
@@ -178,7 +185,8 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry; returns the exit status (2: bad input or settings, 3: diverged)."""
+    """Command-line entry; returns the exit status (2: bad input or settings, 3: diverged,
+    75: stopped by SIGTERM/SIGINT after saving: re-run to resume)."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -202,9 +210,13 @@ Task data: <data-dir>/finetuning_data/<task>/. Every hparam: docs/HPARAMS.md."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         stream=sys.stderr)
     try:
-        config = configure_finetuning.FinetuningConfig.from_hparams(
-            args.model_name, args.data_dir, args.hparams)
-        run_finetuning(config)
+        with preemption.install():
+            config = configure_finetuning.FinetuningConfig.from_hparams(
+                args.model_name, args.data_dir, args.hparams)
+            run_finetuning(config)
+    except preemption.Preempted as e:
+        log.warning("%s", e)
+        return preemption.EXIT_PREEMPTED
     except training_utils.NonFiniteError as e:
         log.error("%s", e)
         return 3

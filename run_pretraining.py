@@ -30,7 +30,7 @@ from model import probing, tokenization
 from pretrain import input_pipeline
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
-from util import checkpoint, distribution, io_utils, record_check
+from util import checkpoint, distribution, io_utils, preemption, record_check
 from util import training_utils as tu
 from util.hparams import HParamError
 
@@ -269,6 +269,31 @@ def _next_stop(step: int, config: PretrainingConfig) -> int:
     return min(stops)
 
 
+def _save(config, trainer, manager, writer, progress, chief, start, why: str) -> str | None:
+    if not chief:
+        return manager.latest()
+    step = trainer.global_step
+    path = manager.save(trainer.checkpoint_tensors(), step)
+    writer.flush()
+    progress.write(f"saved checkpoint {path} (step {step}, {why}, "
+                   f"{tu.secs_to_str(time.time() - start)} this run)")
+    return path
+
+
+def _stop_for_preemption(trainer: Trainer, saved_step: int, save) -> None:
+    """After a signal (util/preemption.py): saves unless the newest checkpoint is at this step,
+    then raises Preempted."""
+    step = trainer.global_step
+    if step != saved_step:
+        save("preempted")
+    guard = preemption.active()
+    waited = guard.seconds_since_signal() if guard is not None else None
+    raise preemption.Preempted(
+        f"stopped on {guard.signal_name if guard else 'a stop request'} at step {step}, "
+        f"checkpoint saved, {waited or 0.0:.1f}s after the signal; re-run the same command to "
+        "resume", step=step)
+
+
 def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.DataFiles,
           chief: bool, lock: tu.RunLock | None = None) -> None:
     manager = checkpoint.CheckpointManager(config.model_dir, config.keep_checkpoint_max)
@@ -281,15 +306,22 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
                            min_log_interval=10.0)
     iterator = trainer.train_iterator(files.train)
     last_saved = manager.latest()
-    start = time.time()
+    saved_step = step  # the state at `step` is on disk (restored from it, or step 0)
+    start = last_save_time = time.time()
+    save = functools.partial(_save, config, trainer, manager, writer, progress, chief, start)
     try:
         if config.eval_every_steps > 0 and step % config.eval_every_steps == 0 and \
-                0 < step < config.num_train_steps and not _has_eval(config, step):
+                0 < step < config.num_train_steps and not _has_eval(config, step) and \
+                not preemption.requested():
             # The previous run stopped between this checkpoint and its eval: still owed.
             run_eval(config, trainer, files.eval, chief, writer)
         while step < config.num_train_steps:
+            if preemption.requested():
+                _stop_for_preemption(trainer, saved_step, save)
             loop_start = time.time()
-            result = trainer.train_steps(iterator, _next_stop(step, config) - step)
+            result = trainer.train_steps(
+                iterator, _next_stop(step, config) - step,
+                deadline=preemption.deadline(last_save_time, config.save_checkpoints_secs))
             elapsed = time.time() - loop_start
             new_step = trainer.global_step
             if not result.finite:
@@ -314,16 +346,17 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
             if lock is not None:
                 lock.heartbeat()
             step = new_step
+            if result.stop_reason == preemption.StopReason.PREEMPTED or preemption.requested():
+                _stop_for_preemption(trainer, saved_step, save)
             done = step >= config.num_train_steps
-            if done or (config.save_checkpoints_steps > 0
-                        and step % config.save_checkpoints_steps == 0):
-                if chief:
-                    last_saved = manager.save(trainer.checkpoint_tensors(), step)
-                    writer.flush()
-                    progress.write(
-                        f"saved checkpoint {last_saved} (step {step}, loss "
-                        f"{result.metrics['loss']:.4f}, lr {lr:.3g}, "
-                        f"{tu.secs_to_str(time.time() - start)} this run)")
+            by_steps = config.save_checkpoints_steps > 0 and \
+                step % config.save_checkpoints_steps == 0
+            if done or by_steps or result.stop_reason == preemption.StopReason.TIMED:
+                why = "end of training" if done else "every %s" % (
+                    f"{config.save_checkpoints_steps} steps" if by_steps else
+                    f"{config.save_checkpoints_secs:g} s")
+                last_saved = save(f"{why}, loss {result.metrics['loss']:.4f}, lr {lr:.3g}")
+                saved_step, last_save_time = step, time.time()
             # Periodic eval; the final one is do_eval's (after training).
             if config.eval_every_steps > 0 and step % config.eval_every_steps == 0 and not (
                     done and config.do_eval):
@@ -399,6 +432,11 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
                     prepare_model_dir(config, trainer)
                 train(config, trainer, files, chief, lock)
             if config.do_eval:
+                if preemption.requested():  # trained and saved; the eval is left to the re-run
+                    raise preemption.Preempted(
+                        f"stopped on a signal before the final eval at step "
+                        f"{trainer.global_step}; re-run the same command to evaluate",
+                        step=trainer.global_step)
                 if not config.do_train and checkpoint.latest_valid(config.model_dir) is None \
                         and not config.init_checkpoint:
                     raise ValueError(f"do_eval: no checkpoint in {config.model_dir} to evaluate")
@@ -452,8 +490,12 @@ Re-running a command resumes it. Every hparam: docs/HPARAMS.md.""")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         stream=sys.stderr)
     try:
-        config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
-        train_or_eval(config)
+        with preemption.install():
+            config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
+            train_or_eval(config)
+    except preemption.Preempted as e:
+        log.warning("%s", e)
+        return preemption.EXIT_PREEMPTED
     except tu.NonFiniteError as e:
         log.error("%s", e)
         return 3

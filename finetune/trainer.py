@@ -13,6 +13,7 @@ rates comes from model/optimization.py.
 import logging
 import math
 import os
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -26,6 +27,7 @@ from model import optimization
 from util import checkpoint
 from util import distribution
 from util import io_utils
+from util import preemption
 from util import training_utils
 
 log = logging.getLogger(__name__)
@@ -228,14 +230,21 @@ class ModelRunner:
             return loss, grad_norm
 
         @tf.function
-        def train_steps(iterator, num_steps):
+        def train_steps(iterator, num_steps, deadline):
+            # Ends early after the step during which a stop was requested or the wall clock
+            # passed `deadline` (util/preemption.py; every worker agrees on the step).
             total = tf.constant(0.0)
             grad_norm = tf.constant(0.0)
-            for _ in tf.range(num_steps):
+            ran = tf.constant(0)
+            stop = tf.constant(preemption.StopReason.NONE)
+            while ran < num_steps and stop == preemption.StopReason.NONE:
                 loss, norm = strategy.run(replica_step, args=(next(iterator),))
                 total += strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
                 grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
-            return total / tf.cast(num_steps, tf.float32), grad_norm
+                ran += 1
+                with tf.control_dependencies([total]):
+                    stop = preemption.stop_code(strategy, deadline)
+            return total / tf.cast(tf.maximum(ran, 1), tf.float32), grad_norm, ran, stop
 
         return train_steps
 
@@ -257,6 +266,7 @@ class ModelRunner:
         save_every = max(1, config.save_checkpoints_steps)
         # Host round trips per epoch: enough for a smooth bar, few enough to cost nothing.
         block = max(1, min(config.iterations_per_loop, max(1, steps_per_epoch // 50)))
+        saved_step, last_save_time = step, time.time()  # the state at `step` is on disk
         try:
             while step < self.train_steps:
                 epoch = step // steps_per_epoch
@@ -270,9 +280,15 @@ class ModelRunner:
                     desc=f"trial {self.trial} epoch {epoch + 1}/{n_epochs}",
                     enabled=self.is_chief, min_log_interval=30.0)
                 while step < epoch_end:
+                    if preemption.requested():
+                        self._stop_for_preemption(saved_step)
                     n = min(block, epoch_end - step, save_every - step % save_every)
-                    mean_loss, grad_norm = self._train_fn(iterator, tf.constant(n, tf.int32))
+                    mean_loss, grad_norm, ran, stop = self._train_fn(
+                        iterator, tf.constant(n, tf.int32), tf.constant(
+                            preemption.deadline(last_save_time, config.save_checkpoints_secs),
+                            tf.float64))
                     step = self.global_step
+                    n = int(ran)
                     values = {"loss": float(mean_loss) / data.batch_size,
                               "grad_norm": float(grad_norm),
                               "learning_rate": float(self.optimizer.learning_rate())}
@@ -288,12 +304,32 @@ class ModelRunner:
                     progress.update(step - epoch_start, examples=n * data.batch_size,
                                     loss=values["loss"], lr=values["learning_rate"])
                     summaries.scalars(step, values, prefix="train/")
-                    if step % save_every == 0 and step < self.train_steps:
+                    if int(stop) == preemption.StopReason.PREEMPTED or preemption.requested():
+                        progress.close()
+                        self._stop_for_preemption(saved_step)
+                    if (step % save_every == 0 or int(stop) == preemption.StopReason.TIMED) \
+                            and step < self.train_steps:
                         self.save()
+                        saved_step, last_save_time = step, time.time()
                 progress.close()
                 self.save()  # every epoch and at the end: a rerun continues from here
+                saved_step, last_save_time = step, time.time()
         finally:
             summaries.close()
+
+    def _stop_for_preemption(self, saved_step: int) -> None:
+        """After a signal: saves the trial unless its newest checkpoint is at this step, then
+        raises Preempted."""
+        if self.global_step != saved_step:
+            path = self.save()
+            log.info("trial %d: saved checkpoint %s (step %d, preempted)", self.trial, path,
+                     self.global_step)
+        guard = preemption.active()
+        waited = guard.seconds_since_signal() if guard is not None else None
+        raise preemption.Preempted(
+            f"trial {self.trial} stopped on {guard.signal_name if guard else 'a stop request'} "
+            f"at step {self.global_step}, checkpoint saved, {waited or 0.0:.1f}s after the "
+            "signal; re-run the same command to resume", step=self.global_step)
 
     # -- evaluation -------------------------------------------------------------------------------
 

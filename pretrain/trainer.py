@@ -17,6 +17,7 @@ stream position of the last consumed batch), `pretrain_state/loss_scale` and
 all randomness is a function of (seed, global_step, example index).
 """
 import logging
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -27,7 +28,7 @@ from model import optimization
 from pretrain import input_pipeline, masking, pretrain_metrics
 from pretrain import rng as rng_lib
 from pretrain.pretraining_model import Denominators, PretrainingModel
-from util import checkpoint, distribution
+from util import checkpoint, distribution, preemption
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class LoopResult(NamedTuple):
     steps_applied: int  # optimizer updates (less than steps_run when float16 skipped some)
     finite: bool  # False: stopped at a non-finite loss/gradient (no update applied for it)
     bad_metrics: dict  # the non-finite step's metrics
+    stop_reason: int = preemption.StopReason.NONE  # ended early: a signal or the time interval
 
 
 def _dense(grad):
@@ -283,10 +285,10 @@ class Trainer:
         self.good_steps.assign(tf.where(finite & ~grow, self.good_steps + 1,
                                         tf.constant(0, tf.int64)))
 
-    def _train_loop(self, iterator, num_steps):
+    def _train_loop(self, iterator, num_steps, deadline):
         size = len(TRAIN_METRICS)
 
-        def body(ran, applied, finite, sums, bad):
+        def body(ran, applied, finite, sums, bad, stop):
             features = next(iterator)
             grads, metrics = self.strategy.run(self._replica_step, args=(features,))
             values = self.strategy.experimental_local_results(metrics)[0]
@@ -302,22 +304,28 @@ class Trainer:
             else:
                 diverged = ~ok
             counted = tf.logical_and(ok, ~diverged)
+            with tf.control_dependencies([values]):
+                stop = preemption.stop_code(self.strategy, deadline)
             return (ran + 1, applied + tf.cast(counted, tf.int32), ~diverged,
                     sums + tf.where(counted, values, tf.zeros_like(values)),
-                    tf.where(diverged, values, bad))
+                    tf.where(diverged, values, bad), stop)
 
-        def cond(ran, applied, finite, sums, bad):
-            return tf.logical_and(ran < num_steps, finite)
+        def cond(ran, applied, finite, sums, bad, stop):
+            return tf.logical_and(tf.logical_and(ran < num_steps, finite),
+                                  tf.equal(stop, preemption.StopReason.NONE))
 
         zeros = tf.zeros([size], tf.float32)
-        ran, applied, finite, sums, bad = tf.while_loop(
-            cond, body, (tf.constant(0), tf.constant(0), tf.constant(True), zeros, zeros))
-        return sums, ran, applied, finite, bad
+        ran, applied, finite, sums, bad, stop = tf.while_loop(
+            cond, body, (tf.constant(0), tf.constant(0), tf.constant(True), zeros, zeros,
+                         tf.constant(preemption.StopReason.NONE)))
+        return sums, ran, applied, finite, bad, stop
 
-    def train_steps(self, iterator, num_steps: int) -> LoopResult:
-        """Runs up to `num_steps` steps in one call (stops early at a non-finite step)."""
-        sums, ran, applied, finite, bad = self._train_loop_fn(
-            iterator, tf.constant(num_steps, tf.int32))
+    def train_steps(self, iterator, num_steps: int, deadline: float = math.inf) -> LoopResult:
+        """Runs up to `num_steps` steps in one call. Stops early at a non-finite step, and after
+        the step during which a stop was requested (util/preemption.py) or the wall clock
+        (time.time()) passed `deadline`."""
+        sums, ran, applied, finite, bad, stop = self._train_loop_fn(
+            iterator, tf.constant(num_steps, tf.int32), tf.constant(deadline, tf.float64))
         sums, applied = sums.numpy(), int(applied)
         named = dict(zip(TRAIN_METRICS, sums))
         n = max(applied, 1)
@@ -331,7 +339,7 @@ class Trainer:
             metrics["disc_accuracy"] = named["disc_correct"] / max(named["disc_weight"], 1e-9)
         metrics = {k: float(v) for k, v in metrics.items()}
         return LoopResult(metrics, int(ran), applied, bool(finite),
-                          {k: float(v) for k, v in zip(TRAIN_METRICS, bad.numpy())})
+                          {k: float(v) for k, v in zip(TRAIN_METRICS, bad.numpy())}, int(stop))
 
     # -- evaluation ----------------------------------------------------------------------------
 

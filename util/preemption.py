@@ -1,0 +1,197 @@
+"""Preemption: SIGTERM and SIGINT ask a run to stop at the next step boundary and save.
+
+Spot VMs, TPU slices, Slurm and Kubernetes send SIGTERM and allow a short grace period before
+SIGKILL. Inside `PreemptionGuard` the signal does not kill the process: it sets a stop flag that
+the training loops read in-graph after every step, so even a loop of hundreds of steps ends at
+the next step boundary; the trainer then writes a checkpoint with the usual atomic protocol and
+raises `Preempted`, and the command exits with `EXIT_PREEMPTED`.
+
+Why a watcher thread: Python runs signal handlers only in the main thread, between bytecodes,
+and the main thread is inside TensorFlow for the whole of a training loop. The C-level handler
+does write the signal number to the wakeup fd at once, so a thread reading that fd can set the
+in-graph flag while the loop runs.
+
+A second signal while the run is stopping is logged and ignored: the checkpoint being written
+stays atomic either way (SIGKILL leaves the previous checkpoint in place).
+"""
+import logging
+import math
+import signal
+import socket
+import threading
+import time
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+# sysexits.h EX_TEMPFAIL ("temporary failure; the user is invited to retry"): preempted, the
+# state is saved, re-run the same command. Other statuses: 0 done, 2 bad input, 3 diverged.
+EXIT_PREEMPTED = 75
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(Exception):
+    """The run stopped on a signal after saving its state; re-running the command resumes it."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step
+
+
+class PreemptionGuard:
+    """Context manager: while active, SIGTERM/SIGINT request a stop instead of killing.
+
+    `requested` says whether a stop was asked for; `flag()` is a tf.Variable(bool) the training
+    loops read after each step (created on first use: MultiWorkerMirroredStrategy must be created
+    before any TensorFlow object exists).
+    """
+
+    def __init__(self, signals=SIGNALS):
+        self.signals = tuple(signals)
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._flag = None
+        self.signal_name: str | None = None
+        self.signal_time: float | None = None  # time.monotonic() of the first signal
+        self._previous: dict = {}
+        self._previous_wakeup = -1
+        self._sockets = None
+        self._thread = None
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def flag(self) -> tf.Variable:
+        with self._lock:
+            if self._flag is None:
+                with tf.init_scope():
+                    self._flag = tf.Variable(self._event.is_set(), trainable=False,
+                                             name="preemption_requested")
+            return self._flag
+
+    def seconds_since_signal(self) -> float | None:
+        return None if self.signal_time is None else time.monotonic() - self.signal_time
+
+    def request(self, signum: int) -> None:
+        """Records a stop request (from the watcher thread, the handler, or a test)."""
+        name = signal.Signals(signum).name
+        with self._lock:
+            first = not self._event.is_set()
+            if first:
+                self.signal_name, self.signal_time = name, time.monotonic()
+                self._event.set()
+                if self._flag is not None:
+                    self._flag.assign(True)
+        if first:
+            log.warning("%s received: stopping at the next step boundary to save a checkpoint "
+                        "(exit status %d: re-run the same command to resume)", name,
+                        EXIT_PREEMPTED)
+
+    def _handler(self, signum, frame) -> None:
+        # Runs late (when the main thread leaves TensorFlow); the watcher has usually seen the
+        # signal already. Its only jobs: not to kill the process, and to cover a lost wakeup.
+        self.request(signum)
+
+    def _watch(self, reader: socket.socket) -> None:
+        received = 0
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum not in self.signals:
+                    continue
+                received += 1
+                if received == 1:
+                    self.request(signum)
+                else:
+                    log.warning("%s received again: the run is already stopping and writes its "
+                                "checkpoint atomically; SIGKILL would abandon it and leave the "
+                                "previous checkpoint in place", signal.Signals(signum).name)
+
+    def __enter__(self) -> "PreemptionGuard":
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("PreemptionGuard must be entered in the main thread")
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        self._sockets = (reader, writer)
+        self._previous_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._previous = {s: signal.signal(s, self._handler) for s in self.signals}
+        self._thread = threading.Thread(target=self._watch, args=(reader,), daemon=True,
+                                        name="preemption-watcher")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        signal.set_wakeup_fd(self._previous_wakeup)
+        reader, writer = self._sockets
+        writer.close()  # the watcher's recv returns b"" and it ends
+        self._thread.join(timeout=5)
+        reader.close()
+
+
+_active: PreemptionGuard | None = None
+
+
+class _Installed:
+    def __init__(self, guard: PreemptionGuard):
+        self.guard = guard
+
+    def __enter__(self) -> PreemptionGuard:
+        global _active
+        self.guard.__enter__()
+        _active = self.guard
+        return self.guard
+
+    def __exit__(self, *exc) -> None:
+        global _active
+        _active = None
+        self.guard.__exit__(*exc)
+
+
+def install() -> _Installed:
+    """`with preemption.install():` makes the guard the process's (the trainers find it)."""
+    return _Installed(PreemptionGuard())
+
+
+def active() -> PreemptionGuard | None:
+    """The installed guard, or None (library use, tests: signals keep their usual effect)."""
+    return _active
+
+
+def requested() -> bool:
+    return _active is not None and _active.requested
+
+
+def deadline(last_save: float, every_secs: float) -> float:
+    """The wall-clock time (time.time()) of the next time-based checkpoint (inf: none)."""
+    return last_save + every_secs if every_secs and every_secs > 0 else math.inf
+
+
+class StopReason:
+    """Why a training loop ended before its step count (codes the loops return)."""
+    NONE, PREEMPTED, TIMED = 0, 1, 2
+
+
+def stop_code(strategy: tf.distribute.Strategy, deadline_secs: tf.Tensor) -> tf.Tensor:
+    """In-graph, after a step: 1 (preempted) if any worker was signalled, else 2 if any worker's
+    clock passed the time-based checkpoint deadline, else 0. Every worker of a
+    MultiWorkerMirroredStrategy gets the same answer (one all-reduce of two numbers per step),
+    so all of them leave the loop at the same step."""
+    guard = active()
+    signalled = tf.cast(guard.flag().read_value(), tf.float32) if guard is not None \
+        else tf.constant(0.0)
+    timed = tf.cast(tf.timestamp() >= deadline_secs, tf.float32)
+    votes = tf.stack([signalled, timed])
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        votes = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                strategy.run(lambda: tf.identity(votes)), axis=None)
+    return tf.where(votes[0] > 0, StopReason.PREEMPTED,
+                    tf.where(votes[1] > 0, StopReason.TIMED, StopReason.NONE))
