@@ -149,6 +149,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
                               ["preprocessed_data_dir", "test_predictions_dir", "qa_dir"])
     strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                           config.gcp_project)
+    preemption.rearm()  # after the strategy: see util/preemption.py
     tokenizer = task_builder.build_tokenizer(config)
     tasks = task_builder.get_tasks(config, tokenizer)
     preprocessor = preprocessing.Preprocessor(config, tasks)

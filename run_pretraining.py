@@ -286,12 +286,9 @@ def _stop_for_preemption(trainer: Trainer, saved_step: int, save) -> None:
     step = trainer.global_step
     if step != saved_step:
         save("preempted")
-    guard = preemption.active()
-    waited = guard.seconds_since_signal() if guard is not None else None
     raise preemption.Preempted(
-        f"stopped on {guard.signal_name if guard else 'a stop request'} at step {step}, "
-        f"checkpoint saved, {waited or 0.0:.1f}s after the signal; re-run the same command to "
-        "resume", step=step)
+        f"stopped on {preemption.describe()} at step {step}, checkpoint saved"
+        f"{preemption.seconds_since_signal()}; re-run the same command to resume", step=step)
 
 
 def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.DataFiles,
@@ -387,6 +384,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     if strategy is None:
         strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                               config.gcp_project)
+        preemption.rearm()  # after the strategy: see util/preemption.py
     chief = distribution.is_chief(strategy)
     special_ids = load_special_ids(config)
     files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)

@@ -324,12 +324,10 @@ class ModelRunner:
             path = self.save()
             log.info("trial %d: saved checkpoint %s (step %d, preempted)", self.trial, path,
                      self.global_step)
-        guard = preemption.active()
-        waited = guard.seconds_since_signal() if guard is not None else None
         raise preemption.Preempted(
-            f"trial {self.trial} stopped on {guard.signal_name if guard else 'a stop request'} "
-            f"at step {self.global_step}, checkpoint saved, {waited or 0.0:.1f}s after the "
-            "signal; re-run the same command to resume", step=self.global_step)
+            f"trial {self.trial} stopped on {preemption.describe()} at step {self.global_step}, "
+            f"checkpoint saved{preemption.seconds_since_signal()}; re-run the same command to "
+            "resume", step=self.global_step)
 
     # -- evaluation -------------------------------------------------------------------------------
 

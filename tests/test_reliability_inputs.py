@@ -1155,7 +1155,7 @@ def test_every_hparam_of_the_wrong_type_or_out_of_range_is_refused_with_exit_2(
                           else (FinetuningConfig, run_finetuning.main))
     seen = set()
 
-    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=600, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(_bad_hparams(config_class))
     def check(item):

@@ -1,5 +1,6 @@
-"""Kill-and-resume drill: SIGKILL a tiny pre-training run and a fine-tuning run many times, resume
-each time with the same command, and compare the outcome with runs that were never interrupted.
+"""Kill-and-resume drill: SIGKILL and SIGTERM/SIGINT a tiny pre-training run and a fine-tuning run
+many times, resume each time with the same command, and compare the outcome with runs that were
+never interrupted.
 
     python tools/kill_resume.py                      # 10 kills each, work dir /tmp/kill_resume
     python tools/kill_resume.py --kills 10 --seed 3 --work-dir /tmp/kr --keep
@@ -9,8 +10,10 @@ What it does:
   2. pre-trains "reference" once, uninterrupted, and "victim" with the same hparams, killing the
      victim `--kills` times (a) at random moments once it has made progress, (b) during start-up
      and (c) inside a write: just before the N-th rename or delete of a checkpoint data/index
-     file, the `checkpoint` state file, a results file or a pruned old checkpoint. Each kill is
-     followed by the same command again; after the last one the victim runs to the end;
+     file, the `checkpoint` state file, a results file or a pruned old checkpoint; (d) SIGTERM or
+     SIGINT at random moments, and SIGTERM inside a checkpoint write: the run must exit 75 with
+     its newest checkpoint at the step it says it stopped at. Each kill is followed by the same
+     command again; after the last one the victim runs to the end;
   3. compares every checkpoint tensor (weights, Adam slots, step, data position) and the final
      eval figures (results JSON and eval history) of victim and reference;
   4. does the same for a two-trial fine-tuning run (both initialised from the reference model),
@@ -120,9 +123,14 @@ def child_main(argv: list[str]) -> None:
     parser.add_argument("--op", choices=["replace", "remove", "any"], default="replace")
     parser.add_argument("--ordinal", type=int, required=True)
     parser.add_argument("--event-log")
+    parser.add_argument("--signal", choices=["KILL", "TERM", "INT"], default="KILL",
+                        help="what the process sends itself at the hook (TERM/INT: a preemption "
+                             "signal arriving while that file is being written)")
     args = parser.parse_args(argv[:split])
     script, script_args = argv[split + 1], argv[split + 2:]
-    KillHook(args.watch, args.pattern, args.op, args.ordinal, args.event_log).install()
+    signum = getattr(signal, f"SIG{args.signal}")
+    KillHook(args.watch, args.pattern, args.op, args.ordinal, args.event_log,
+             action=lambda: os.kill(os.getpid(), signum)).install()
     sys.argv = [script] + script_args
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")
@@ -255,15 +263,20 @@ FINETUNE_WRITES = [("checkpoint data file", "replace", "model.ckpt-*.data-*", 3,
 
 
 def plan(kills: int, writes: list, rng: random.Random) -> list[tuple]:
-    """A shuffled mix of start-up, random-moment and inside-a-write kills (those that can only
-    land near the end of a run go last, so the run is not over before every kill is spent)."""
+    """A shuffled mix of start-up, random-moment and inside-a-write SIGKILLs, SIGTERM/SIGINT at
+    random moments, and SIGTERM inside a checkpoint write (those that can only land near the
+    end of a run go last, so the run is not over before every kill is spent)."""
     modes: list[tuple] = [("startup",)]
     for i in range(kills - 1):
-        if i % 2:
-            modes.append(("time",))
+        kind = i % 4
+        if kind in (1, 3):
+            modes.append(("time",) if kind == 1 else ("term", rng.choice(["TERM", "INT"])))
         else:
-            label, op, pattern, top, late = writes[(i // 2) % len(writes)]
-            modes.append(("write", label, op, pattern, rng.randint(1, top), late))
+            label, op, pattern, top, late = writes[(i // 4) % len(writes)]
+            # Every other write is hit by SIGTERM instead of SIGKILL (checkpoint files only:
+            # the save must complete, then the run stops).
+            sig = "TERM" if kind == 2 and "checkpoint" in label else "KILL"
+            modes.append(("write", label, op, pattern, rng.randint(1, top), late, sig))
     early = [m for m in modes if not (m[0] == "write" and m[5])]
     rng.shuffle(early)
     return (early + [m for m in modes if m not in early])[:kills]
@@ -283,8 +296,9 @@ def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: 
         event_log = os.path.join(logs, f"{name}_{attempt:02d}.event")
         argv = [sys.executable]
         if mode[0] == "write":
-            argv += [os.path.abspath(__file__), "--child", "--watch", watch, "--pattern", mode[3], "--op", mode[2],
-                     "--ordinal", str(mode[4]), "--event-log", event_log, "--"]
+            argv += [os.path.abspath(__file__), "--child", "--watch", watch, "--pattern", mode[3],
+                     "--op", mode[2], "--ordinal", str(mode[4]), "--event-log", event_log,
+                     "--signal", mode[6], "--"]
         argv += command
         began = time.time()
         with open(log_path, "w", encoding="utf-8") as log_file:
@@ -295,7 +309,7 @@ def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: 
                 while child.poll() is None and time.time() - began < delay:
                     time.sleep(0.02)
                 killed_by_us = child.poll() is None
-            elif mode[0] == "time":
+            elif mode[0] in ("time", "term"):
                 extra = rng.randint(0, 1) * 10  # wait for 1-2 new checkpoints
                 while child.poll() is None and progress(progress_glob) <= start_progress + extra:
                     time.sleep(0.02)
@@ -304,9 +318,13 @@ def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: 
                     time.sleep(0.02)
                     pause -= 0.02
                 killed_by_us = child.poll() is None
+            sent = None
             if killed_by_us:
-                child.send_signal(signal.SIGKILL)
+                sent = time.time()
+                child.send_signal(getattr(signal, f"SIG{mode[1]}") if mode[0] == "term"
+                                  else signal.SIGKILL)
             code = child.wait(timeout=900)
+            exited = time.time()
         with open(log_path, encoding="utf-8", errors="replace") as f:
             output = f.read()
         resumed = re.search(r"resumed from \S+ (?:at step|\(step) (\d+)", output)
@@ -319,21 +337,58 @@ def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: 
             "seconds": round(time.time() - began, 1)}
         if mode[0] == "time" and killed_by_us:
             record["where"] = "random moment during training"
+        if mode[0] == "term" and killed_by_us:
+            record["where"] = f"SIG{mode[1]} at a random moment during training"
+            record["signal_to_exit_s"] = round(exited - sent, 2)
+        if mode[0] == "write" and mode[6] != "KILL" and fired:
+            record["where"] = f"SIG{mode[6]} {fired}"
+        if code == PREEMPTED:
+            record["preempted"] = check_preempted(output, progress_glob)
         if mode[0] == "startup" and killed_by_us:
             record["where"] = f"start-up, {record['seconds']}s after launch"
         records.append(record)
+        saved = record.get("preempted", {}).get("checkpoint_step")
         print(f"  {name} run {attempt:2d}: {mode[0]:7s} "
               f"{'KILLED' if record['killed'] else f'exit {code}':8s} "
+              + (f"saved at step {saved} " if saved is not None else "") +
               f"resumed from {record['resumed_from_step']}, progress "
               f"{start_progress} -> {record['progress_after']} ({record['where'] or 'to the end'})",
               flush=True)
-        if code not in (0, -signal.SIGKILL):
+        if code == PREEMPTED and not record["preempted"]["ok"]:
+            raise RuntimeError(f"{name} run {attempt}: {record['preempted']['problem']}; see "
+                               f"{log_path}")
+        if code not in (0, -signal.SIGKILL, PREEMPTED):
             raise RuntimeError(f"{name} run {attempt} failed with exit code {code}; see {log_path}:"
                                f"\n{output[-3000:]}")
         if code == 0:
             return records
         if attempt > kills + 20:
             raise RuntimeError(f"{name}: no end after {attempt} runs")
+
+
+PREEMPTED = 75  # util/preemption.py EXIT_PREEMPTED
+
+
+def check_preempted(output: str, progress_glob: str) -> dict:
+    """A run that exited on SIGTERM/SIGINT must say at which step it stopped and have its newest
+    checkpoint at exactly that step (nothing lost but the step in flight)."""
+    match = re.search(r"stopped on (SIG\w+) at step (\d+)", output)
+    if match is None:  # stopped between trials or before an eval: nothing was in flight
+        before = re.search(r"stopped on a signal before [^;]*", output)
+        return {"ok": before is not None, "where": before.group(0) if before else None,
+                "problem": None if before else "exit 75 without saying where it stopped"}
+    step = int(match.group(2))
+    trial = re.search(r"trial (\d+) stopped on", output)
+    steps = _ckpt_steps(progress_glob)
+    if trial:
+        steps = {d: s for d, s in steps.items() if d.endswith(f"_{trial.group(1)}")}
+    newest = max(steps.values(), default=None)
+    waited = re.search(r"checkpoint saved, ([\d.]+)s after the signal", output)
+    return {"ok": newest == step, "signal": match.group(1), "stopped_at_step": step,
+            "checkpoint_step": newest, "seconds_after_signal": float(waited.group(1))
+            if waited else None,
+            "problem": None if newest == step else
+            f"stopped at step {step} but the newest checkpoint is at step {newest}"}
 
 
 # -- comparisons ------------------------------------------------------------------------------
@@ -471,19 +526,21 @@ def main(argv: list[str] | None = None) -> int:
     checks = [report["pretrain_weights"]] + report["pretrain_eval"]
     if not args.skip_finetune:
         checks += report["finetune_weights"] + [report["finetune_eval"]]
-    kills_done = {k: sum(r["killed"] for r in report.get(k, []))
+    kills_done = {k: f"{sum(r['killed'] for r in report.get(k, []))} SIGKILLs, "
+                     f"{sum('preempted' in r for r in report.get(k, []))} SIGTERM/SIGINT stops "
+                     "(each saved at its step)"
                   for k in ("pretrain_runs", "finetune_runs")}
     ok = all(not c["mismatched"] for c in checks)
     report["ok"] = ok
     report["seconds"] = round(time.time() - started)
     with open(os.path.join(work, "kill_resume_report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
-    print(f"pre-training: {kills_done['pretrain_runs']} kills; weights "
+    print(f"pre-training: {kills_done['pretrain_runs']}; weights "
           f"{_verdict(report['pretrain_weights'])}; eval " + ", ".join(
               f"{c['file']} {'equal' if not c['mismatched'] else c['mismatched'][:3]}"
               for c in report["pretrain_eval"]))
     if not args.skip_finetune:
-        print(f"fine-tuning: {kills_done['finetune_runs']} kills; weights " + "; ".join(
+        print(f"fine-tuning: {kills_done['finetune_runs']}; weights " + "; ".join(
             f"trial {t + 1} {_verdict(c)}" for t, c in enumerate(report["finetune_weights"]))
             + "; dev results " + ("equal" if not report["finetune_eval"]["mismatched"]
                                   else str(report["finetune_eval"]["mismatched"][:3])))

@@ -166,8 +166,31 @@ def active() -> PreemptionGuard | None:
     return _active
 
 
+def rearm() -> None:
+    """Re-installs the guard's handlers. Call after creating a tf.distribute strategy:
+    MultiWorkerMirroredStrategy's coordination service installs a C++ SIGTERM handler of its own
+    (for tf.distribute's PreemptionCheckpointHandler), which silently replaces Python's, so the
+    signal would neither stop the loop nor kill the process."""
+    if _active is not None:
+        for s in _active.signals:
+            signal.signal(s, _active._handler)
+
+
 def requested() -> bool:
     return _active is not None and _active.requested
+
+
+def describe() -> str:
+    """'SIGTERM' / 'SIGINT', or why this process stops without a signal of its own."""
+    if _active is not None and _active.signal_name:
+        return _active.signal_name
+    return "a signal to another worker"
+
+
+def seconds_since_signal() -> str:
+    """', 1.2s after the signal' (empty when another worker was signalled)."""
+    waited = _active.seconds_since_signal() if _active is not None else None
+    return f", {waited:.1f}s after the signal" if waited is not None else ""
 
 
 def deadline(last_save: float, every_secs: float) -> float:

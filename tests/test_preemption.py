@@ -1,0 +1,292 @@
+"""Preemption (util/preemption.py): real SIGTERM/SIGINT to training subprocesses.
+
+A signalled run stops at the next step boundary (inside a long in-graph loop too), writes a
+checkpoint at that step, exits 75, and the same command resumes it to the weights of a run that
+was never interrupted, bit for bit. Also: a signal during a checkpoint write, the time-based
+checkpoint interval, and a two-worker MultiWorkerMirroredStrategy run with one worker signalled.
+"""
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import pretrain_fixtures as fx
+from util import checkpoint, preemption
+
+from tests.test_finetune_data import VOCAB, write_fixtures
+from tests.test_run_pretraining_distributed import _free_ports
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KILL_RESUME = os.path.join(REPO, "tools", "kill_resume.py")
+STOPPED = re.compile(r"stopped on (SIG\w+|a signal to another worker) at step (\d+)")
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _script(name, data_dir, model, hparams):
+    return [os.path.join(REPO, name), "--data-dir", str(data_dir), "--model-name", model,
+            "--hparams", json.dumps(hparams)]
+
+
+class Run:
+    """A subprocess whose stderr is collected by a thread, so the test can wait for a line."""
+
+    def __init__(self, argv, env=None):
+        self.proc = subprocess.Popen([sys.executable] + argv, env=env or _env(),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 300.0) -> None:
+        end = time.time() + timeout
+        while text not in self.stderr:
+            assert self.proc.poll() is None, f"exited {self.proc.returncode} before {text!r}:\n" \
+                                             f"{self.stderr[-3000:]}"
+            assert time.time() < end, f"no {text!r} after {timeout}s:\n{self.stderr[-3000:]}"
+            time.sleep(0.05)
+
+    def finish(self, timeout: float = 600.0) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code
+
+
+def _newest_step(directory) -> int:
+    path = checkpoint.latest_valid(str(directory))
+    return -1 if path is None else int(path.rsplit("-", 1)[1])
+
+
+def _assert_bit_identical(expected_dir, got_dir):
+    expected, got = checkpoint.read_all(str(expected_dir)), checkpoint.read_all(str(got_dir))
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    return got
+
+
+def _stopped_step(run: Run, signame: str) -> int:
+    match = STOPPED.search(run.stderr)
+    assert match is not None, run.stderr[-3000:]
+    assert match.group(1) == signame
+    return int(match.group(2))
+
+
+def _no_temporaries(directory):
+    leftovers = [n for root, _, names in os.walk(directory) for n in names if ".tmp" in n]
+    assert not leftovers
+
+
+# -- the guard, in process --------------------------------------------------------------------
+
+
+def test_a_signal_becomes_a_stop_request_and_handlers_are_restored(caplog):
+    before = {s: signal.getsignal(s) for s in preemption.SIGNALS}
+    with caplog.at_level(logging.WARNING), preemption.install() as guard:
+        flag = guard.flag()
+        assert not preemption.requested() and not bool(flag.numpy())
+        os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt without the guard
+        end = time.time() + 5
+        while not bool(flag.numpy()) and time.time() < end:
+            time.sleep(0.01)
+        assert preemption.requested() and bool(flag.numpy())
+        assert guard.signal_name == "SIGINT" and preemption.describe() == "SIGINT"
+        os.kill(os.getpid(), signal.SIGTERM)  # a second signal: logged, still not fatal
+        end = time.time() + 5
+        while "received again" not in caplog.text and time.time() < end:
+            time.sleep(0.01)
+    assert "SIGINT received: stopping at the next step boundary" in caplog.text
+    assert "SIGTERM received again" in caplog.text
+    assert preemption.active() is None and not preemption.requested()
+    assert {s: signal.getsignal(s) for s in preemption.SIGNALS} == before
+
+
+def test_deadline():
+    assert preemption.deadline(100.0, 0) == float("inf")
+    assert preemption.deadline(100.0, 30) == 130.0
+
+
+# -- pre-training ------------------------------------------------------------------------------
+
+LONG = 1000  # tiny steps: a signal 2 s after start-up lands before the loop ends
+
+
+def test_pretraining_sigterm_then_sigint_mid_loop_save_and_resume_bit_for_bit(tmp_path):
+    data = fx.write_data(str(tmp_path / "data"))
+    # One in-graph loop for the whole run and no step-based checkpoint before the end: only
+    # the stop request can end the loop early and only the preemption save can write.
+    hparams = fx.tiny_hparams(num_train_steps=LONG, iterations_per_loop=LONG,
+                              save_checkpoints_steps=0, do_eval=False)
+    reference = Run(_script("run_pretraining.py", data, "reference", hparams))
+    command = _script("run_pretraining.py", data, "victim", hparams)
+    model_dir = os.path.join(data, "models", "victim")
+
+    first = Run(command)
+    first.wait_for("starting from scratch")
+    time.sleep(2.0)
+    first.proc.send_signal(signal.SIGTERM)
+    assert first.finish() == preemption.EXIT_PREEMPTED, first.stderr[-3000:]
+    step = _stopped_step(first, "SIGTERM")
+    assert 0 < step < LONG
+    assert _newest_step(model_dir) == step
+    _no_temporaries(model_dir)
+
+    second = Run(command)
+    second.wait_for(f"at step {step}")
+    time.sleep(1.0)
+    second.proc.send_signal(signal.SIGINT)
+    assert second.finish() == preemption.EXIT_PREEMPTED, second.stderr[-3000:]
+    assert "Traceback" not in second.stderr and "KeyboardInterrupt" not in second.stderr
+    step2 = _stopped_step(second, "SIGINT")
+    assert step <= step2 < LONG and _newest_step(model_dir) == step2
+
+    last = Run(command)
+    assert last.finish() == 0, last.stderr[-3000:]
+    assert f"at step {step2}" in last.stderr
+    assert reference.finish() == 0, reference.stderr[-3000:]
+    got = _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
+    assert int(got["global_step"]) == LONG
+
+
+def test_pretraining_signal_during_a_checkpoint_write_completes_it_then_stops(tmp_path):
+    data = fx.write_data(str(tmp_path / "data"))
+    hparams = fx.tiny_hparams(num_train_steps=12, save_checkpoints_steps=4,
+                              iterations_per_loop=2, do_eval=False)
+    reference = Run(_script("run_pretraining.py", data, "reference", hparams))
+    model_dir = os.path.join(data, "models", "victim")
+    command = _script("run_pretraining.py", data, "victim", hparams)
+
+    # SIGTERM arrives between the step-8 save's data file and its index being renamed into
+    # place; a second SIGTERM follows. The save completes, then the run stops at step 8.
+    hooked = subprocess.run(
+        [sys.executable, KILL_RESUME, "--child", "--watch", model_dir, "--pattern",
+         "model.ckpt-*.index", "--op", "replace", "--ordinal", "2", "--signal", "TERM", "--"]
+        + command, env=_env(), capture_output=True, text=True, timeout=600)
+    assert hooked.returncode == preemption.EXIT_PREEMPTED, hooked.stderr[-3000:]
+    assert "stopped on SIGTERM at step 8" in hooked.stderr
+    assert checkpoint.latest_valid(model_dir).endswith("model.ckpt-8")
+    _no_temporaries(model_dir)
+
+    resumed = subprocess.run([sys.executable] + command, env=_env(), capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "model.ckpt-8 at step 8" in resumed.stderr
+    assert reference.finish() == 0, reference.stderr[-3000:]
+    _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
+
+
+def test_time_based_checkpoints_at_step_boundaries(tmp_path):
+    import run_pretraining
+    from configure_pretraining import PretrainingConfig
+
+    data = fx.write_data(str(tmp_path / "data"))
+    # A deadline that has always passed: every step ends its loop (of up to 50) and saves.
+    hparams = fx.tiny_hparams(num_train_steps=5, iterations_per_loop=50, save_checkpoints_steps=0,
+                              save_checkpoints_secs=1e-6, keep_checkpoint_max=0, do_eval=False)
+    run_pretraining.train_or_eval(PretrainingConfig.from_hparams("timed", data, hparams))
+    model_dir = os.path.join(data, "models", "timed")
+    steps = sorted(int(n.split("-")[1].split(".")[0]) for n in os.listdir(model_dir)
+                   if n.startswith("model.ckpt-") and n.endswith(".index"))
+    assert steps == [1, 2, 3, 4, 5]  # by steps alone (save_checkpoints_steps 0): step 5 only
+
+
+# -- fine-tuning ---------------------------------------------------------------------------------
+
+
+def _finetune_hparams(**overrides):
+    hparams = dict(task_names=["sst"], vocab_size=len(VOCAB), max_seq_length=16,
+                   init_checkpoint="", train_batch_size=2, eval_batch_size=4,
+                   predict_batch_size=4, num_train_epochs=40.0, learning_rate=1e-3,
+                   adam_bias_correction=True, embedding_size=16, num_trials=1,
+                   model_hparam_overrides={"hidden_size": 32, "num_hidden_layers": 2,
+                                           "num_attention_heads": 2, "intermediate_size": 64,
+                                           "max_position_embeddings": 64})
+    hparams.update(overrides)
+    return hparams
+
+
+def test_finetuning_trial_sigterm_saves_and_resumes_bit_for_bit(tmp_path):
+    hparams = _finetune_hparams()
+    for name in ("reference", "victim"):
+        write_fixtures(tmp_path / name, tasks={"sst"})
+        (tmp_path / name / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    reference = Run(_script("run_finetuning.py", tmp_path / "reference", "m", hparams))
+    command = _script("run_finetuning.py", tmp_path / "victim", "m", hparams)
+    trial_dir = tmp_path / "victim" / "models" / "m" / "finetuning_models" / "sst_model_1"
+
+    victim = Run(command)
+    victim.wait_for("trial 1: training")
+    time.sleep(2.0)
+    victim.proc.send_signal(signal.SIGTERM)
+    assert victim.finish() == preemption.EXIT_PREEMPTED, victim.stderr[-3000:]
+    assert "trial 1 stopped on SIGTERM" in victim.stderr
+    step = _stopped_step(victim, "SIGTERM")
+    assert _newest_step(trial_dir) == step
+    assert not (tmp_path / "victim" / "models" / "m" / "results").exists()  # no eval yet
+
+    resumed = Run(command)
+    assert resumed.finish() == 0, resumed.stderr[-3000:]
+    assert f"(step {step})" in resumed.stderr
+    assert reference.finish() == 0, reference.stderr[-3000:]
+    ref_trial = tmp_path / "reference" / "models" / "m" / "finetuning_models" / "sst_model_1"
+    _assert_bit_identical(ref_trial, trial_dir)
+    results = "models/m/results/sst_results.json"
+    expected = json.loads((tmp_path / "reference" / results).read_text())
+    assert json.loads((tmp_path / "victim" / results).read_text())["trials"] == expected["trials"]
+
+
+# -- two workers -----------------------------------------------------------------------------------
+
+
+def test_multi_worker_one_worker_signalled_all_stop_at_the_same_step(tmp_path):
+    data = fx.write_data(str(tmp_path / "data"))
+    steps = 300
+    hparams = fx.tiny_hparams(num_train_steps=steps, iterations_per_loop=steps,
+                              save_checkpoints_steps=0, do_eval=False, strategy="multi_worker")
+
+    def workers(name):
+        ports = _free_ports(2)
+        cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+        runs = []
+        for index in range(2):
+            env = _env()
+            env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                           "task": {"type": "worker", "index": index}})
+            runs.append(Run(_script("run_pretraining.py", data, name, hparams), env=env))
+        return runs
+
+    references = workers("reference")  # two workers, never interrupted
+    chief, other = workers("victim")
+    other.wait_for("starting from scratch")
+    time.sleep(3.0)
+    other.proc.send_signal(signal.SIGTERM)  # the non-chief: the chief must save anyway
+    assert other.finish() == preemption.EXIT_PREEMPTED, other.stderr[-3000:]
+    assert chief.finish() == preemption.EXIT_PREEMPTED, chief.stderr[-3000:]
+    step = _stopped_step(other, "SIGTERM")
+    assert _stopped_step(chief, "a signal to another worker") == step
+    assert 0 < step < steps
+    model_dir = os.path.join(data, "models", "victim")
+    assert _newest_step(model_dir) == step
+
+    for run in workers("victim") + references:
+        assert run.finish() == 0, run.stderr[-3000:]
+    got = _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
+    assert int(got["global_step"]) == steps
