@@ -253,6 +253,30 @@ def test_finetuning_trial_sigterm_saves_and_resumes_bit_for_bit(tmp_path):
     assert json.loads((tmp_path / "victim" / results).read_text())["trials"] == expected["trials"]
 
 
+def test_finetuning_signal_after_a_trial_stops_before_the_next(tmp_path):
+    write_fixtures(tmp_path, tasks={"sst"})
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    command = _script("run_finetuning.py", tmp_path, "m",
+                      _finetune_hparams(num_train_epochs=1.0, num_trials=2))
+    # SIGTERM while trial 1's results are written: they are written, trial 2 is not started.
+    hooked = subprocess.run(
+        [sys.executable, KILL_RESUME, "--child", "--watch", str(tmp_path / "models"), "--pattern",
+         "eval_results.json", "--op", "replace", "--ordinal", "1", "--signal", "TERM", "--"]
+        + command, env=_env(), capture_output=True, text=True, timeout=600)
+    assert hooked.returncode == preemption.EXIT_PREEMPTED, hooked.stderr[-3000:]
+    assert "stopped on a signal before trial 2" in hooked.stderr
+    models = tmp_path / "models" / "m" / "finetuning_models"
+    assert (models / "sst_model_1" / "eval_results.json").exists()
+    assert not (models / "sst_model_2").exists()
+
+    resumed = subprocess.run([sys.executable] + command, env=_env(), capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "trial 1 already finished" in resumed.stderr
+    summary = json.loads((tmp_path / "models" / "m" / "results" / "sst_results.json").read_text())
+    assert [t["trial"] for t in summary["trials"]] == [1, 2]
+
+
 # -- two workers -----------------------------------------------------------------------------------
 
 
