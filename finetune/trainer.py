@@ -312,8 +312,9 @@ class ModelRunner:
                         self.save()
                         saved_step, last_save_time = step, time.time()
                 progress.close()
-                self.save()  # every epoch and at the end: a rerun continues from here
-                saved_step, last_save_time = step, time.time()
+                if step != saved_step:  # every epoch and at the end: a rerun continues from here
+                    self.save()
+                    saved_step, last_save_time = step, time.time()
         finally:
             summaries.close()
 

@@ -64,6 +64,26 @@ def test_halted_trial_resumes_to_the_same_weights(tmp_path, monkeypatch):
     assert summary["trials"][0]["global_step"] == 9
 
 
+def test_time_based_checkpoints_at_step_boundaries(tmp_path, monkeypatch):
+    # 3 steps per epoch, one loop per epoch; a deadline that has always passed ends the loop
+    # after every step with a save (save_checkpoints_steps is 1000000).
+    config = fixture_config(tmp_path, num_train_epochs=2.0, save_checkpoints_secs=1e-6,
+                            iterations_per_loop=100)
+    saved, real_save = [], trainer.ModelRunner.save
+
+    def recording_save(self):
+        saved.append(self.global_step)
+        return real_save(self)
+
+    monkeypatch.setattr(trainer.ModelRunner, "save", recording_save)
+    run_finetuning.run_finetuning(config)
+    assert saved == [1, 2, 3, 4, 5, 6]
+    saved.clear()
+    run_finetuning.run_finetuning(fixture_config(tmp_path / "steps", num_train_epochs=2.0,
+                                                 iterations_per_loop=100))
+    assert saved == [3, 6]  # by steps alone: the end of each epoch
+
+
 def test_resuming_with_other_settings_is_refused_and_eval_only_runs(tmp_path):
     config = fixture_config(tmp_path, do_eval=False, num_train_epochs=1.0)
     assert run_finetuning.run_finetuning(config) is None
