@@ -42,7 +42,7 @@ def _newest_step(model_dir: str) -> int:
 
 def one_round(data: str, hparams: dict, rng: random.Random, log_path: str) -> dict:
     model_dir = os.path.join(data, "models", "grace")
-    start_step = _newest_step(model_dir)
+    start_step = max(_newest_step(model_dir), 0)  # a fresh run saves step 1 first
     command = [sys.executable, os.path.join(common.ROOT, "run_pretraining.py"), "--data-dir",
                data, "--model-name", "grace", "--hparams", json.dumps(hparams)]
     with open(log_path, "w", encoding="utf-8") as log:
