@@ -504,4 +504,7 @@ Re-running a command resumes it. Every hparam: docs/HPARAMS.md.""")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == preemption.EXIT_PREEMPTED:
+        preemption.exit_now(status)  # within the grace period: skip the interpreter's teardown
+    sys.exit(status)
