@@ -9,6 +9,10 @@ vocab, TensorBoard summaries and results/ (eval metrics as JSON and text).
 
 Re-running the same command resumes from the newest readable checkpoint, exactly (weights,
 optimizer slots, step and data position), whatever moment the previous run was killed at.
+SIGTERM or Ctrl-C stops the run at the next step boundary with a checkpoint at that step.
+
+Exit status: 0 done, 2 bad input or settings, 3 diverged (NaN/Inf), 75 stopped by SIGTERM/SIGINT
+after saving (re-run to resume).
 """
 import argparse
 import dataclasses
