@@ -366,6 +366,7 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
     cols = 3
     fig, axes = plt.subplots(-(-len(measures) // cols), cols,
                              figsize=(4.2 * cols, 3.3 * -(-len(measures) // cols)), squeeze=False)
+    flops = [r["flops"] for r in rows if r["flops"]]
     for ax, m in zip(axes.flat, measures):
         floor = [r["measures"][m] for r in rows if r["method"] == "random" and m in r["measures"]]
         if floor:
@@ -374,9 +375,12 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
                        label=f"random init ({len(floor)} seeds)")
         for method, color in (("electra", "tab:blue"), ("bert", "tab:orange")):
             points = {}
+            spreads = {}
             for r in rows:
                 if r["method"] == method and m in r["measures"]:
                     points.setdefault(r["budget"], []).append((r["flops"], r["measures"][m]))
+                    spreads.setdefault(r["budget"], []).extend(
+                        r["finetune"].get(m, {}).get("scores", []))
             if not points:
                 continue
             budgets = sorted(points)
@@ -385,6 +389,8 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
             ax.plot(xs, ys, "o-", color=color, label="ELECTRA" if method == "electra" else "BERT")
             for b, x in zip(budgets, xs):
                 vals = [v for _, v in points[b]]
+                if len(vals) == 1 and len(spreads[b]) > 1:
+                    vals = spreads[b]  # one model: the spread of its fine-tuning seeds
                 if len(vals) > 1:
                     ax.errorbar([x], [statistics.mean(vals)],
                                 yerr=[[statistics.mean(vals) - min(vals)],
@@ -392,6 +398,7 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
                                 color=color, capsize=4, lw=1)
                     ax.scatter([x] * len(vals), vals, color=color, s=8, alpha=0.6)
         ax.set_xscale("log")
+        ax.set_xlim(0.8 * min(flops), 1.25 * max(flops))  # the same axis in every panel
         ax.set_xlabel("pre-training FLOPs")
         ax.set_title(MEASURE_LABELS.get(m, m), fontsize=9)
         ax.grid(alpha=0.3)
