@@ -176,6 +176,7 @@ def rearm() -> None:
     if _active is not None:
         for s in _active.signals:
             signal.signal(s, _active._handler)
+        _active.flag()  # created now, outside any strategy scope or traced function
 
 
 def requested() -> bool:
