@@ -120,7 +120,7 @@ def run_trial(config, tasks, preprocessor, trial, strategy) -> dict[str, Any] | 
         runner.train()
     if preemption.requested():  # trained and saved (a signal during the last steps)
         raise preemption.Preempted(f"stopped on a signal before trial {trial}'s eval; re-run "
-                                   "the same command to evaluate it", step=runner.global_step)
+                                   "the same command to evaluate it")
     record = None
     if config.do_eval:
         record = {"trial": trial, "seed": runner.seed, "global_step": runner.global_step,

@@ -273,26 +273,12 @@ def _next_stop(step: int, config: PretrainingConfig) -> int:
     return min(stops)
 
 
-def _save(config, trainer, manager, writer, progress, chief, start, why: str) -> str | None:
-    if not chief:
-        return manager.latest()
-    step = trainer.global_step
-    path = manager.save(trainer.checkpoint_tensors(), step)
-    writer.flush()
-    progress.write(f"saved checkpoint {path} (step {step}, {why}, "
-                   f"{tu.secs_to_str(time.time() - start)} this run)")
-    return path
-
-
 def _stop_for_preemption(trainer: Trainer, saved_step: int, save) -> None:
     """After a signal (util/preemption.py): saves unless the newest checkpoint is at this step,
     then raises Preempted."""
-    step = trainer.global_step
-    if step != saved_step:
+    if trainer.global_step != saved_step:
         save("preempted")
-    raise preemption.Preempted(
-        f"stopped on {preemption.describe()} at step {step}, checkpoint saved"
-        f"{preemption.seconds_since_signal()}; re-run the same command to resume", step=step)
+    raise preemption.stopped(trainer.global_step)
 
 
 def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.DataFiles,
@@ -309,7 +295,16 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
     last_saved = manager.latest()
     saved_step = step  # the state at `step` is on disk (restored from it, or step 0)
     start = last_save_time = time.time()
-    save = functools.partial(_save, config, trainer, manager, writer, progress, chief, start)
+
+    def save(why: str) -> str | None:
+        if not chief:
+            return manager.latest()
+        path = manager.save(trainer.checkpoint_tensors(), trainer.global_step)
+        writer.flush()
+        progress.write(f"saved checkpoint {path} (step {trainer.global_step}, {why}, "
+                       f"{tu.secs_to_str(time.time() - start)} this run)")
+        return path
+
     try:
         if config.eval_every_steps > 0 and step % config.eval_every_steps == 0 and \
                 0 < step < config.num_train_steps and not _has_eval(config, step) and \
@@ -437,8 +432,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
                 if preemption.requested():  # trained and saved; the eval is left to the re-run
                     raise preemption.Preempted(
                         f"stopped on a signal before the final eval at step "
-                        f"{trainer.global_step}; re-run the same command to evaluate",
-                        step=trainer.global_step)
+                        f"{trainer.global_step}; re-run the same command to evaluate")
                 if not config.do_train and checkpoint.latest_valid(config.model_dir) is None \
                         and not config.init_checkpoint:
                     raise ValueError(f"do_eval: no checkpoint in {config.model_dir} to evaluate")

@@ -325,10 +325,7 @@ class ModelRunner:
             path = self.save()
             log.info("trial %d: saved checkpoint %s (step %d, preempted)", self.trial, path,
                      self.global_step)
-        raise preemption.Preempted(
-            f"trial {self.trial} stopped on {preemption.describe()} at step {self.global_step}, "
-            f"checkpoint saved{preemption.seconds_since_signal()}; re-run the same command to "
-            "resume", step=self.global_step)
+        raise preemption.stopped(self.global_step, what=f"trial {self.trial} ")
 
     # -- evaluation -------------------------------------------------------------------------------
 

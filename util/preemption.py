@@ -26,6 +26,7 @@ import time
 import tensorflow as tf
 
 log = logging.getLogger(__name__)
+_active = None  # the entered PreemptionGuard, if any
 
 # sysexits.h EX_TEMPFAIL ("temporary failure; the user is invited to retry"): preempted, the
 # state is saved, re-run the same command. Other statuses: 0 done, 2 bad input, 3 diverged.
@@ -35,10 +36,6 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 class Preempted(Exception):
     """The run stopped on a signal after saving its state; re-running the command resumes it."""
-
-    def __init__(self, message: str, step: int | None = None):
-        super().__init__(message)
-        self.step = step
 
 
 class PreemptionGuard:
@@ -127,9 +124,13 @@ class PreemptionGuard:
         self._thread = threading.Thread(target=self._watch, args=(reader,), daemon=True,
                                         name="preemption-watcher")
         self._thread.start()
+        global _active
+        _active = self
         return self
 
     def __exit__(self, *exc) -> None:
+        global _active
+        _active = None
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         signal.set_wakeup_fd(self._previous_wakeup)
@@ -139,28 +140,9 @@ class PreemptionGuard:
         reader.close()
 
 
-_active: PreemptionGuard | None = None
-
-
-class _Installed:
-    def __init__(self, guard: PreemptionGuard):
-        self.guard = guard
-
-    def __enter__(self) -> PreemptionGuard:
-        global _active
-        self.guard.__enter__()
-        _active = self.guard
-        return self.guard
-
-    def __exit__(self, *exc) -> None:
-        global _active
-        _active = None
-        self.guard.__exit__(*exc)
-
-
-def install() -> _Installed:
-    """`with preemption.install():` makes the guard the process's (the trainers find it)."""
-    return _Installed(PreemptionGuard())
+def install() -> PreemptionGuard:
+    """`with preemption.install():` makes a guard the process's (the trainers find it)."""
+    return PreemptionGuard()
 
 
 def active() -> PreemptionGuard | None:
@@ -190,10 +172,12 @@ def describe() -> str:
     return "a signal to another worker"
 
 
-def seconds_since_signal() -> str:
-    """', 1.2s after the signal' (empty when another worker was signalled)."""
+def stopped(step: int, what: str = "") -> Preempted:
+    """The Preempted error of a run (or `what`: "trial 2 ") that saved at `step` and stops."""
     waited = _active.seconds_since_signal() if _active is not None else None
-    return f", {waited:.1f}s after the signal" if waited is not None else ""
+    after = f", {waited:.1f}s after the signal" if waited is not None else ""
+    return Preempted(f"{what}stopped on {describe()} at step {step}, checkpoint saved{after}; "
+                     "re-run the same command to resume")
 
 
 def deadline(last_save: float, every_secs: float) -> float:
