@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from model import modeling, tokenization
-from util import io_utils
+from util import io_utils, task_spec
 from util.distribution import STRATEGIES
 from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, HParamError,
                           HParams, OneOf, Range, hp)
@@ -42,6 +42,7 @@ class FinetuningConfig(HParams):
     model_size: str = hp("small", "one of small, base, large",
                          valid=OneOf(tuple(SIZE_DEFAULTS)))
     task_names: list[str] = hp(["chunk"], "tasks to learn, e.g. [\"sst\"] or [\"mnli\", \"rte\"]")
+    custom_tasks: dict = hp({}, "tasks defined by your data files: name -> spec (a JSON object or a .json file; README \"Fine-tune on your own data\", util/task_spec.py); list the names in task_names")
     model_hparam_overrides: dict = hp({}, "bert_config keys that override the model size's architecture")
     embedding_size: int | None = hp(None, "token embedding size (hidden size by default; 128 for small)",
                                     valid=AT_LEAST_ONE)
@@ -141,11 +142,12 @@ class FinetuningConfig(HParams):
     def _set_derived_defaults(self) -> None:
         if len(self.task_names) == 1:
             task = self.task_names[0]
+            family = self.custom_task_family(task)
             if task in ("rte", "sts"):
                 self.num_train_epochs = 10.0
-            elif task in QA_TASKS:
+            elif task in QA_TASKS or family == "qa":
                 self.max_seq_length, self.num_train_epochs = 512, 2.0
-            elif task == "chunk":
+            elif task == "chunk" or family == "tagging":
                 self.max_seq_length = 256
         self._apply_defaults("model_size", SIZE_DEFAULTS)
         if self.debug:
@@ -176,7 +178,27 @@ class FinetuningConfig(HParams):
             pretrained_dir, "test_predictions")
         if self.use_tpu:
             self.strategy = "tpu"
+        if isinstance(self.custom_tasks, dict):  # else validate() names the problem
+            # Spec files are read and data paths made absolute: the trial's settings then say
+            # exactly which files it learned from.
+            self.custom_tasks = {name: task_spec.resolve(name, spec)
+                                 for name, spec in self.custom_tasks.items()}
         self.validate()
+
+    def custom_task_family(self, name: str) -> str | None:
+        """classification, regression, tagging or qa for a custom task; None otherwise."""
+        if not isinstance(self.custom_tasks, dict) or name not in self.custom_tasks:
+            return None
+        spec = self.custom_tasks[name]
+        if isinstance(spec, str):
+            try:
+                spec = task_spec.resolve(name, spec)
+            except HParamError:
+                return None  # validate() reports it
+        return spec.get("type") if isinstance(spec, dict) else None
+
+    def custom_task_specs(self) -> dict[str, task_spec.TaskSpec]:
+        return task_spec.parse(self.custom_tasks)
 
     def task_data_dir(self, task_name: str) -> str:
         try:
@@ -192,6 +214,7 @@ class FinetuningConfig(HParams):
             (len(self.task_names) > 0, "task_names", "must name at least one task"),
         ]
         self._enforce(checks)
+        self.custom_task_specs()  # each spec's keys and values
         self._check_vocab_matches_the_model()
         modeling.check_max_seq_length(self.max_seq_length, self.bert_config())
 

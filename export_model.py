@@ -161,13 +161,17 @@ def _pick_task(tensors: dict, task: str | None) -> str:
     return task
 
 
-def _head_kind(task: str) -> str:
+def _head_kind(task: str, settings: dict) -> str:
     """"classifier" (one dense on [CLS]) or "tagger" (one dense per token) for a task's head."""
     from finetune import task_builder
     from finetune.classification import classification_tasks
     from finetune.tagging import tagging_tasks
 
-    cls = task_builder.task_class(task)
+    family = (settings.get("custom_tasks") or {}).get(task, {}).get("type")
+    if family is not None:  # a custom task: its family's class
+        cls = task_builder.load_class(task_builder.CUSTOM[family])
+    else:
+        cls = task_builder.task_class(task)
     if issubclass(cls, classification_tasks.SingleOutputTask):
         return "classifier"
     if issubclass(cls, tagging_tasks.TaggingTask):
@@ -218,7 +222,7 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
         weights = hf.generator_to_hf(tensors, config)
     elif kind == "classifier":
         task = _pick_task(tensors, task)
-        kind = _head_kind(task)
+        kind = _head_kind(task, md.settings)
         convert = hf.tagger_to_hf if kind == "tagger" else hf.classifier_to_hf
         weights, head_metadata = convert(tensors, config, task)
         metadata.update(head_metadata)

@@ -27,8 +27,12 @@ def head_scope(task_name: str) -> str:
 def head_dense(in_dim: int, out_dim: int, name: str, activation: str | None = None,
                seed: int = 0) -> layers.Dense:
     """A head's dense layer, `<name>/kernel` (Glorot-uniform, as TF1's `tf.layers.dense`) and
-    `<name>/bias` (zeros)."""
-    return layers.Dense(in_dim, out_dim, name, activation, seed=seed, init="glorot_uniform")
+    `<name>/bias` (zeros). The initial kernel does not depend on the task's name (the seed name
+    leaves it out): a task defined by data draws what the built-in task of the same data does."""
+    scope, _, rest = name.partition("/")
+    seed_name = f"{scope}/{rest.partition('/')[2]}" if scope == HEAD_SCOPE else None
+    return layers.Dense(in_dim, out_dim, name, activation, seed=seed, init="glorot_uniform",
+                        seed_name=seed_name)
 
 
 class TaskHead(tf.Module, abc.ABC):

@@ -57,8 +57,9 @@ def load_finetuned(md: model_dir_lib.ModelDir):
     settings.update(vocab_file=md.vocab_file, init_checkpoint="", do_train=False)
     config = configure_finetuning.FinetuningConfig.from_hparams(
         settings.get("model_name", "exported"), settings.get("data_dir", md.path), settings)
-    tokenizer = tokenization.build_tokenizer(vocab_file=md.vocab_file,
-                                             do_lower_case=config.do_lower_case)
+    vocab = ({"spm_model": md.vocab_file} if md.vocab_file.endswith(".model")
+             else {"vocab_file": md.vocab_file})
+    tokenizer = tokenization.build_tokenizer(**vocab, do_lower_case=config.do_lower_case)
     tasks = task_builder.get_tasks(config, tokenizer)
     model = finetuning_model.FinetuningModel(config, tasks, bert_config=md.bert_config)
     report = checkpoint.restore(checkpoint.by_name(model.variables), md.checkpoint)

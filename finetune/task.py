@@ -12,6 +12,10 @@ A task plugs into run_finetuning.py by subclassing `Task` and registering in tas
               write_test_predictions()  predictions -> files (GLUE TSVs, SQuAD json, ...)
               cache_key()               settings that change featurization (feature-cache key)
               split_files(split)        the files a split is read from (their content: ditto)
+              prediction_records(...)   one JSON-ready prediction per example (predict.py, and
+                                        the dev predictions written at each evaluation)
+              model_settings()          what predicting needs besides the hparams (a custom
+                                        task's labels), stored with the fine-tuned model
   model half  create_head(bert_config)  a heads.TaskHead under "task_specific/<task>/"
 
 Several tasks train together in one batch: every row carries all tasks' features (zeros for the
@@ -54,6 +58,16 @@ def not_utf8_error(path: str, error: UnicodeDecodeError) -> TaskDataError:
     except OSError:
         pass
     return TaskDataError(f"{path}: not valid UTF-8 ({error.reason}); re-save the file as UTF-8")
+
+
+def spec_file(spec, split: str) -> str:
+    """The path of `split` in a custom task's spec (util/task_spec.TaskSpec), which must exist."""
+    if split not in spec.files:
+        raise TaskDataError(f"{spec.where()} names no {split} file")
+    path = spec.files[split]
+    if not os.path.isfile(path):
+        raise TaskDataError(f"{spec.where(split)}: file {path} not found")
+    return path
 
 
 @dataclasses.dataclass
@@ -164,6 +178,17 @@ class Task(abc.ABC):
     def cache_key(self) -> dict[str, Any]:
         """Task settings that change featurized data; part of the tfrecord cache key."""
         return {}
+
+    def model_settings(self) -> dict[str, Any]:
+        """Settings read from the data that a model of this task needs to predict (a custom
+        task's label list); stored in the trial's finetune_config.json."""
+        return {}
+
+    def prediction_records(self, examples: Sequence[Example],
+                           outputs: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """One JSON-ready prediction per example, in example order, from the head's outputs of
+        every feature row of `examples`; None when the task has no prediction format."""
+        return None
 
     def task_id(self) -> int:
         return self.config.task_names.index(self.name)

@@ -3,7 +3,8 @@
 To add a task: implement it (see finetune/task.py) and add one line to TASKS,
 "name": "package.module:ClassName". Modules are imported only when their task is used, so a task
 family (QA, tagging) costs nothing to runs that do not use it. Every registered class is
-constructed as Class(config, tokenizer).
+constructed as Class(config, tokenizer). Tasks defined by data (hparam custom_tasks) need no
+code: their family's class in CUSTOM is constructed as Class(config, tokenizer, spec).
 """
 import importlib
 import logging
@@ -46,6 +47,20 @@ TASKS.update({
 })
 
 
+_CUSTOM = "finetune.classification.custom_tasks"
+CUSTOM: dict[str, str] = {
+    "classification": f"{_CUSTOM}:CustomClassification",
+    "regression": f"{_CUSTOM}:CustomRegression",
+    "tagging": "finetune.tagging.tagging_tasks:CustomTagging",
+    "qa": f"{_QA}:CustomQA",
+}
+
+
+def load_class(path: str) -> type:
+    module_name, class_name = path.split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
 def build_tokenizer(config: configure_finetuning.FinetuningConfig):
     """The tokenizer of the pre-trained model: WordPiece vocab.txt, or a SentencePiece .model.
 
@@ -76,24 +91,39 @@ def build_tokenizer(config: configure_finetuning.FinetuningConfig):
     return tokenizer
 
 
-def task_class(name: str) -> type:
-    """The Task class registered under `name` (imported now)."""
+def task_class(name: str, config: configure_finetuning.FinetuningConfig | None = None) -> type:
+    """The Task class of `name`: registered, or the family class of a custom task (imported)."""
+    custom = config.custom_task_specs() if config is not None else {}
+    if name in custom:
+        if name in TASKS:
+            raise ValueError(f"hparam custom_tasks.{name}: {name!r} is a built-in task; give "
+                             "yours another name")
+        return load_class(CUSTOM[custom[name].family])
     if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
-    module_name, class_name = TASKS[name].split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+        known = sorted(TASKS) + [f"{n} (custom_tasks)" for n in sorted(custom)]
+        raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(known)}; define "
+                         "your own in hparam custom_tasks")
+    return load_class(TASKS[name])
 
 
 def get_task(config: configure_finetuning.FinetuningConfig, task_name: str,
              tokenizer) -> task_lib.Task:
-    return task_class(task_name)(config, tokenizer)
+    spec = config.custom_task_specs().get(task_name)
+    cls = task_class(task_name, config)
+    return cls(config, tokenizer, spec) if spec is not None else cls(config, tokenizer)
 
 
 def get_tasks(config: configure_finetuning.FinetuningConfig, tokenizer=None) -> list[task_lib.Task]:
     """One Task per entry of config.task_names, in that order (task_id = position)."""
     for name in config.task_names:
-        task_class(name)  # unknown names fail before the tokenizer loads
+        task_class(name, config)  # unknown names fail before the tokenizer loads
     if len(set(config.task_names)) != len(config.task_names):
         raise ValueError(f"task_names lists a task twice: {config.task_names}")
     tokenizer = tokenizer if tokenizer is not None else build_tokenizer(config)
-    return [get_task(config, name, tokenizer) for name in config.task_names]
+    tasks = [get_task(config, name, tokenizer) for name in config.task_names]
+    for task in tasks:
+        # What a custom task read from its training file (labels, score range) joins its spec:
+        # the trial's settings then carry it, and predicting needs no training data.
+        if task.name in config.custom_tasks:
+            config.custom_tasks[task.name].update(task.model_settings())
+    return tasks

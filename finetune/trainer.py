@@ -367,13 +367,28 @@ class ModelRunner:
 
     def evaluate_task(self, task: task_lib.Task, split: str = "dev") -> dict[str, float]:
         scorer = task.get_scorer(split)
-        for row in self.predict(task, split):
+        rows = self.predict(task, split)
+        for row in rows:
             scorer.update(row)
         log.info("trial %d %s %s: %s", self.trial, task.name, split, scorer.results_str())
         if self.is_chief:  # e.g. per-word predictions, next to the results files
             for path in task.write_eval_outputs(scorer, split, self.trial):
                 log.info("wrote %s", path)
+            self._write_predictions(task, split, rows)
         return {k: float(v) for k, v in scorer.get_results()}
+
+    def _write_predictions(self, task: task_lib.Task, split: str, rows) -> None:
+        """<results dir>/<task>_<split>_trial<k>_predictions.jsonl: what predict.py would write
+        for the split's examples (custom tasks only: the built-in ones write their own formats)."""
+        if task.name not in self.config.custom_tasks:
+            return
+        records = task.prediction_records(task.get_examples(split), rows)
+        if records is None:
+            return
+        path = os.path.join(os.path.dirname(self.config.results_txt),
+                            f"{task.name}_{split}_trial{self.trial}_predictions.jsonl")
+        io_utils.write_jsonl(path, records)
+        log.info("wrote %s", path)
 
     def evaluate(self) -> dict[str, dict[str, float]]:
         """{results name: {metric: value}} over every task's eval splits (MNLI: both)."""

@@ -16,15 +16,17 @@ RNG_ALG = "philox"
 
 
 def create_variable(name: str, shape, init: str = "normal", stddev: float = 0.02,
-                    seed: int = 0, trainable: bool = True) -> tf.Variable:
+                    seed: int = 0, trainable: bool = True,
+                    seed_name: str | None = None) -> tf.Variable:
     """A float32 variable named `name`; `init` is "normal" (truncated, `stddev`),
     "glorot_uniform" (TF1's default for `tf.layers.dense` without an initializer), "zeros" or
     "ones".
 
     Initial values are a deterministic function of (seed, name), so two processes (e.g. the
-    workers of a multi-worker run) build identical models without broadcasting.
+    workers of a multi-worker run) build identical models without broadcasting. `seed_name`
+    replaces the name in that function (a task head: the same values whatever the task's name).
     """
-    name_seed = zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
+    name_seed = zlib.crc32((seed_name or name).encode("utf-8")) & 0x7FFFFFFF
     if init == "normal":
         value = tf.random.stateless_truncated_normal(
             shape, seed=[seed, name_seed], stddev=stddev, dtype=tf.float32)
@@ -104,9 +106,11 @@ class Dense(tf.Module):
     """
 
     def __init__(self, in_dim: int, out_dim: int, name: str, activation: str | None = None,
-                 stddev: float = 0.02, seed: int = 0, init: str = "normal"):
+                 stddev: float = 0.02, seed: int = 0, init: str = "normal",
+                 seed_name: str | None = None):
         super().__init__(name=name.replace("/", "_"))
-        self.kernel = create_variable(f"{name}/kernel", [in_dim, out_dim], init, stddev, seed)
+        self.kernel = create_variable(f"{name}/kernel", [in_dim, out_dim], init, stddev, seed,
+                                      seed_name=seed_name and f"{seed_name}/kernel")
         self.bias = create_variable(f"{name}/bias", [out_dim], "zeros")
         self.activation = get_activation(activation)
 

@@ -67,7 +67,8 @@ def test_without_dev_file_the_end_of_train_is_held_out_and_logged(tmp_path, capl
     assert [e.eid for e in dev] == [0, 1]
     assert dev[1].source.endswith("train.txt:19")
     message = " ".join(r.getMessage() for r in caplog.records)
-    assert "no dev.txt" in message and "last 2 of 4 train.txt sentences (4 words" in message
+    assert "no dev file" in message and "last 2 of 4 sentences of" in message
+    assert "train.txt (4 words" in message
     assert train[0].labels == ["B-NP", "E-NP", "S-VP", "S-PP", "B-NP", "E-NP", "O"]
     assert train[0].tags[:2] == ["B-NP", "I-NP"]  # the file's tags are kept for scoring
 
@@ -82,7 +83,7 @@ def test_dev_file_is_used_when_present(tmp_path):
 def test_heldout_size_errors(tmp_path):
     with pytest.raises(task_lib.TaskDataError, match="leaves none of the 4"):
         make_task(tmp_path / "a", heldout_dev_sentences=4).get_examples("train")
-    with pytest.raises(task_lib.TaskDataError, match="has no dev.txt and heldout_dev_sentences"):
+    with pytest.raises(task_lib.TaskDataError, match="no dev file and heldout_dev_sentences"):
         make_task(tmp_path / "b", heldout_dev_sentences=0).get_examples("dev")
 
 
@@ -99,10 +100,10 @@ def test_wrong_number_of_columns_names_file_and_line(tmp_path, bad_line, found):
 def test_unknown_chunk_tag_names_file_and_line(tmp_path):
     task = make_task(tmp_path, {"train.txt": "The DT B-NP\n\ncat NN I-NP\nsat VBD X-VP\n"})
     with pytest.raises(task_lib.TaskDataError,
-                       match=r"train.txt:4: chunk tag 'X-VP' of word 'sat'"):
+                       match=r"train.txt:4: tag 'X-VP' of word 'sat'"):
         task.get_examples("train")
     task = make_task(tmp_path / "b", {"train.txt": "a DT B-NP\n-DOCSTART- -X- O\nb NN Q\n"})
-    with pytest.raises(task_lib.TaskDataError, match=r"train.txt:3: chunk tag 'Q' of word 'b'"):
+    with pytest.raises(task_lib.TaskDataError, match=r"train.txt:3: tag 'Q' of word 'b'"):
         task.get_examples("train")
 
 

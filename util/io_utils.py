@@ -76,6 +76,17 @@ def write_json(path: str, obj: Any) -> None:
         f.write("\n")
 
 
+def json_line(record: Any) -> str:
+    """One JSONL line (non-ASCII text kept readable)."""
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def write_jsonl(path: str, records) -> None:
+    with atomic_open(path, "w") as f:
+        for record in records:
+            f.write(json_line(record))
+
+
 def read_json(path: str) -> Any:
     """Reads a JSON file; a syntax error names the file, line and column."""
     with open(path, encoding="utf-8") as f:

@@ -134,12 +134,51 @@ class MCCScorer(SentenceLevelScorer):
 
 
 class RegressionScorer(SentenceLevelScorer):
-    """STS-B: Pearson and Spearman between gold and predicted scores (both in the same units)."""
+    """STS-B: Pearson and Spearman between gold and predicted scores (both in the same units),
+    or the one of them `metrics` names; then the mean squared error and the loss."""
+
+    def __init__(self, metrics=("pearson", "spearman")):
+        super().__init__()
+        self._metrics = list(metrics)
 
     def _get_results(self):
         gold = np.asarray(self._true_labels, np.float64)
         preds = np.asarray(self._preds, np.float64)
-        return [("pearson", 100.0 * pearson(gold, preds)),
-                ("spearman", 100.0 * spearman(gold, preds)),
-                ("mse", float(np.mean(np.square(gold - preds))) if gold.size else 0.0),
-                ("loss", self.get_loss())]
+        functions = {"pearson": pearson, "spearman": spearman}
+        return [(m, 100.0 * functions[m](gold, preds)) for m in self._metrics] + [
+            ("mse", float(np.mean(np.square(gold - preds))) if gold.size else 0.0),
+            ("loss", self.get_loss())]
+
+
+def macro_f1(labels, predictions, num_labels: int) -> float:
+    """Unweighted mean over classes of each class's F1 (multi-class F1)."""
+    return float(np.mean([precision_recall_f1(labels, predictions, c)[2]
+                          for c in range(num_labels)]))
+
+
+class ChosenMetricsScorer(SentenceLevelScorer):
+    """The metrics a custom classification task asks for (accuracy, f1, mcc), then the loss.
+
+    f1 is the positive class's for two labels (as MRPC/QQP) and the macro average otherwise.
+    """
+
+    def __init__(self, metrics, num_labels: int, positive_label: int = 1):
+        super().__init__()
+        self._metrics = list(metrics)
+        self._num_labels = num_labels
+        self._positive = positive_label
+
+    def _get_results(self):
+        gold, preds = self._true_labels, self._preds
+        results = []
+        for metric in self._metrics:
+            if metric == "accuracy":
+                results.append(("accuracy", 100.0 * accuracy(gold, preds)))
+            elif metric == "mcc":
+                results.append(("mcc", 100.0 * matthews_corrcoef(gold, preds)))
+            elif self._num_labels == 2:
+                p, r, f1 = precision_recall_f1(gold, preds, self._positive)
+                results += [("f1", 100.0 * f1), ("precision", 100.0 * p), ("recall", 100.0 * r)]
+            else:
+                results.append(("macro_f1", 100.0 * macro_f1(gold, preds, self._num_labels)))
+        return results + [("loss", self.get_loss())]

@@ -208,6 +208,18 @@ class SingleOutputTask(task_lib.Task):
     def format_prediction(self, outputs: dict[str, Any]) -> str:
         """One test-set prediction as GLUE's submission file writes it."""
 
+    @abc.abstractmethod
+    def prediction_record(self, outputs: dict[str, Any]) -> dict[str, Any]:
+        """One example's prediction for predict.py's JSONL (label and probabilities, or score)."""
+
+    def prediction_records(self, examples, outputs):
+        by_eid = {int(np.asarray(o["eid"]).item()): o for o in outputs}
+        missing = [e.source for e in examples if e.eid not in by_eid]
+        if missing:
+            raise ValueError(f"task {self.name}: no model output for {missing[0]} "
+                             f"(and {len(missing) - 1} other examples)")
+        return [self.prediction_record(by_eid[e.eid]) for e in examples]
+
     def write_test_predictions(self, outputs, split, output_dir):
         """GLUE submission TSV `<output_dir>/<GLUE name>.tsv`: header "index\\tprediction"."""
         rows = {}
@@ -259,14 +271,25 @@ class ClassificationTask(SingleOutputTask):
     def format_prediction(self, outputs):
         return self.label_list[int(np.asarray(outputs["predictions"]).item())]
 
+    def prediction_record(self, outputs):
+        logits = np.asarray(outputs["logits"], np.float64)
+        probabilities = np.exp(logits - logits.max())
+        probabilities /= probabilities.sum()
+        return {"label": self.format_prediction(outputs),
+                "probabilities": {label: round(float(p), 6)
+                                  for label, p in zip(self.label_list, probabilities)}}
+
 
 class RegressionTask(SingleOutputTask):
-    """A real-valued score in [min_value, max_value], trained on (score - min) / max."""
+    """A real-valued score in [min_value, max_value], trained on (score - min) / scale; the
+    scale is max_value unless given (the official normalisation: STS-B's scores are 0..5)."""
 
-    def __init__(self, config, name, tokenizer, min_value: float, max_value: float):
+    def __init__(self, config, name, tokenizer, min_value: float, max_value: float,
+                 scale: float | None = None):
         super().__init__(config, name, tokenizer)
         self.min_value = min_value
         self.max_value = max_value
+        self.scale = scale or max_value
 
     def check_label(self, label, source):
         try:
@@ -288,8 +311,7 @@ class RegressionTask(SingleOutputTask):
                 feature_spec.FeatureSpec(f"{self.name}_targets", [], is_int_feature=False)]
 
     def _label_features(self, example):
-        # The official normalisation (divides by max, not by max - min; same for STS-B's 0..5).
-        return {f"{self.name}_targets": (float(example.label) - self.min_value) / self.max_value}
+        return {f"{self.name}_targets": (float(example.label) - self.min_value) / self.scale}
 
     def create_head(self, bert_config, seed=0):
         return RegressionHead(self.name, bert_config, seed)
@@ -297,9 +319,15 @@ class RegressionTask(SingleOutputTask):
     def get_scorer(self, split="dev"):
         return classification_metrics.RegressionScorer()
 
+    def score(self, outputs) -> float:
+        """The predicted score on the label's scale (the head predicts (y - min) / scale)."""
+        return float(np.asarray(outputs["predictions"]).item()) * self.scale + self.min_value
+
     def format_prediction(self, outputs):
-        value = float(np.asarray(outputs["predictions"]).item()) * self.max_value + self.min_value
-        return f"{min(max(value, self.min_value), self.max_value):.3f}"
+        return f"{min(max(self.score(outputs), self.min_value), self.max_value):.3f}"
+
+    def prediction_record(self, outputs):
+        return {"score": round(self.score(outputs), 6)}
 
 
 # -- GLUE ---------------------------------------------------------------------------------------

@@ -275,6 +275,18 @@ def iter_mrqa(path: str, labeled: bool,
             raise QADataError(f"{path}: damaged gzip file ({e})") from None
 
 
+def iter_plain_questions(records: Iterator[tuple[str, dict]]
+                         ) -> Iterator[tuple[str, list[_Question]]]:
+    """(context, [question]) per {"context", "question", optional "id"} object (predict.py's
+    JSONL input); `records` yields (where, object). The id defaults to the line's where."""
+    for where, obj in records:
+        context = _require(obj, "context", str, where)
+        question = _require(obj, "question", str, where)
+        qas_id = _require(obj, "id", (str, int), where, optional=True)
+        qas_id = where if qas_id is None else str(qas_id)
+        yield context, [_Question(qas_id, question, [], [], False, where)]
+
+
 def build_examples(paragraphs: Iterator[tuple[str, list[_Question]]], task_name: str,
                    is_training: bool, max_examples: int | None = None
                    ) -> tuple[list[QAExample], DataReport]:

@@ -169,6 +169,23 @@ class QATask(task_lib.Task):
                 example, windows, results, self.config, self.v2, strip_accents, sentencepiece)
         return predictions
 
+    def prediction_records(self, examples, outputs):
+        """{"id", "answer", "probability"} per question; SQuAD 2.0 adds "null_score", and the
+        answer is "" when the null score exceeds qa_na_threshold."""
+        questions = self.predict_questions(examples, outputs)
+        records = []
+        for example in examples:
+            q = questions[example.qas_id]
+            probability = next(e["probability"] for e in q.nbest if e["text"] == q.text)
+            record = {"id": example.qas_id, "answer": q.text,
+                      "probability": round(float(probability), 6)}
+            if q.null_score is not None:
+                if q.null_score > self.config.qa_na_threshold:
+                    record["answer"] = ""
+                record["null_score"] = round(float(q.null_score), 6)
+            records.append(record)
+        return records
+
     def get_scorer(self, split: str = "dev") -> qa_metrics.SpanBasedQAScorer:
         return qa_metrics.SpanBasedQAScorer(self.config, self, split, self.v2)
 
@@ -213,6 +230,19 @@ class SQuAD(SQuADTask):
 class SQuADv1(SQuADTask):
     def __init__(self, config, tokenizer):
         super().__init__(config, "squadv1", tokenizer)
+
+
+class CustomQA(QATask):
+    """A QA task defined by a `custom_tasks` spec (util/task_spec.py): SQuAD-format .json files
+    (scored by the SQuAD 1.1 or, with "version": 2, the 2.0 script) or MRQA-format .jsonl."""
+
+    def __init__(self, config, tokenizer, spec):
+        self.spec = spec
+        super().__init__(config, spec.name, tokenizer, v2=spec.get("version", 1) == 2)
+        self.is_mrqa = any(not path.endswith(".json") for path in spec.files.values())
+
+    def split_path(self, split: str) -> str:
+        return task_lib.spec_file(self.spec, split)
 
 
 class MRQATask(QATask):

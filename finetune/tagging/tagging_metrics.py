@@ -239,12 +239,17 @@ class ChunkF1Scorer(scorer.Scorer):
     word slot), `predictions` and `labels_mask` per word slot ([S]; mask 1 on the words that window
     is responsible for) and `loss` (summed over those words). Every word must be predicted
     exactly once; a missing or doubled word is an error, never a silent gap.
+
+    With span_tags False the labels are plain per-token tags (e.g. POS): they are compared as
+    they are and only token accuracy is reported (chunks would mean nothing).
     """
 
-    def __init__(self, sentences: Sequence[TaggedSentence], label_list: Sequence[str]):
+    def __init__(self, sentences: Sequence[TaggedSentence], label_list: Sequence[str],
+                 span_tags: bool = True):
         super().__init__()
         self._sentences = {s.eid: s for s in sentences}
         self._label_list = list(label_list)
+        self._span_tags = span_tags
         self._predicted: dict[int, list[int | None]] = {
             s.eid: [None] * len(s.words) for s in sentences}
         self._total_word_loss = 0.0
@@ -274,14 +279,15 @@ class ChunkF1Scorer(scorer.Scorer):
         return self._total_word_loss / max(self._n_words, 1)
 
     def predicted_tags(self, eid: int) -> list[str]:
-        """IOB2 tags predicted for a sentence."""
+        """Tags predicted for a sentence (IOB2 for chunk tags)."""
         slots = self._predicted[eid]
         missing = [i for i, p in enumerate(slots) if p is None]
         if missing:
             s = self._sentences[eid]
             raise ValueError(f"sentence {eid} ({s.source}): no prediction for words {missing[:10]} "
                              f"of {len(slots)}; were some windows not evaluated?")
-        return bioes_to_iob2([self._label_list[p] for p in slots])
+        tags = [self._label_list[p] for p in slots]
+        return bioes_to_iob2(tags) if self._span_tags else tags
 
     def tagged_sentences(self) -> list[tuple[TaggedSentence, list[str]]]:
         """Every sentence (in eid order) with its predicted IOB2 tags."""
@@ -291,7 +297,17 @@ class ChunkF1Scorer(scorer.Scorer):
         return conlleval((s.tags, predicted) for s, predicted in self.tagged_sentences())
 
     def _get_results(self) -> list[tuple[str, float]]:
-        return self.counts().results() + [("loss", self.get_loss())]
+        counts = self.counts()
+        results = counts.results() if self._span_tags else [("accuracy", counts.accuracy())]
+        return results + [("loss", self.get_loss())]
+
+    def report(self) -> str:
+        """What conlleval prints; for token tags, the token accuracy."""
+        counts = self.counts()
+        if self._span_tags:
+            return counts.report()
+        return (f"processed {counts.tokens} tokens; accuracy: {counts.accuracy():6.2f}% "
+                f"({counts.correct_tags} tags correct)\n")
 
     def conll_text(self) -> str:
         """"word gold predicted" lines, a blank line after each sentence (conlleval's input)."""

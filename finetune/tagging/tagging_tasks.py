@@ -71,14 +71,22 @@ class ConllSentence:
         return f"{self.path}:{self.lines[0]}"
 
 
-def read_conll(path: str) -> list[ConllSentence]:
-    """Sentences of a CoNLL-2000 file: "word POS chunk-tag" lines, blank lines between sentences.
+def read_conll(path: str, word_column: int = 0, tag_column: int = 2,
+               num_columns: int | None = 3) -> list[ConllSentence]:
+    """Sentences of a CoNLL-style file: one token per line in whitespace-separated columns, a
+    blank line between sentences, "-DOCSTART-" lines skipped.
+
+    Args:
+      word_column, tag_column: 0-based (negative: from the end) columns of the word and its tag.
+      num_columns: the number of columns every line must have (CoNLL-2000: word, POS, chunk);
+        None accepts any line that holds both columns.
 
     Raises:
-      TaskDataError: a line with another number of columns, naming the file and line.
+      TaskDataError: a line with a wrong number of columns, naming the file and line.
     """
     sentences: list[ConllSentence] = []
     current = ConllSentence(path, [], [], [])
+    needed = max(c + 1 if c >= 0 else -c for c in (word_column, tag_column))
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.readlines()
@@ -93,12 +101,17 @@ def read_conll(path: str) -> list[ConllSentence]:
             continue
         if fields[0] == DOCSTART:
             continue
-        if len(fields) != 3:
+        if num_columns is not None and len(fields) != num_columns:
             raise task_lib.TaskDataError(
-                f"{path}:{line_no}: expected 3 space-separated columns (word, POS tag, chunk "
-                f"tag), found {len(fields)}: {line.rstrip()[:200]!r}")
-        current.words.append(fields[0])
-        current.tags.append(fields[2])
+                f"{path}:{line_no}: expected {num_columns} space-separated columns (word, POS "
+                f"tag, chunk tag), found {len(fields)}: {line.rstrip()[:200]!r}")
+        if len(fields) < needed:
+            raise task_lib.TaskDataError(
+                f"{path}:{line_no}: expected at least {needed} whitespace-separated columns "
+                f"(word column {word_column}, tag column {tag_column}), found {len(fields)}: "
+                f"{line.rstrip()[:200]!r}")
+        current.words.append(fields[word_column])
+        current.tags.append(fields[tag_column])
         current.lines.append(line_no)
     if current.words:  # no blank line after the last sentence
         sentences.append(current)
@@ -184,70 +197,116 @@ class TokenClassificationHead(heads.LinearTaskHead):
 
 
 class TaggingTask(task_lib.Task):
-    """A task labelling every word of a sentence with a chunk (span) tag, scored as conlleval."""
+    """Labels every word of a sentence; chunk (span) tags scored as conlleval, or plain per-token
+    tags (e.g. POS) scored by accuracy. Subclasses set the file layout and the tag set."""
 
+    word_column = 0
+    tag_column = 2
+    num_columns: int | None = 3  # every line's column count; None: any that holds both columns
+    span_tags = True  # tags are O / B-, I- (E-, S-)<type> chunk tags; False: any tag strings
+    # Span tags: the chunk types; token tags: the tags. Empty: read from the training file.
     chunk_types: Sequence[str] = ()
 
     def __init__(self, config: configure_finetuning.FinetuningConfig, name: str, tokenizer):
         super().__init__(config, name)
         self._tokenizer = tokenizer
-        self.label_list = bioes_label_list(self.chunk_types)
-        self._label_ids = {label: i for i, label in enumerate(self.label_list)}
-        self._valid_tags = {tagging_metrics.OUTSIDE} | {
-            f"{p}-{t}" for t in self.chunk_types for p in "BI"}
         self._files: dict[str, list[ConllSentence]] = {}
         self._examples: dict[str, list[TaggingExample]] = {}
         self._logged_holdout = False
+        if not self.chunk_types:
+            self.chunk_types = self.types_in(self._read_path(self.split_path("train"),
+                                                             check=False))
+        if self.span_tags:
+            self.label_list = bioes_label_list(self.chunk_types)
+            self._valid_tags = {tagging_metrics.OUTSIDE} | {
+                f"{p}-{t}" for t in self.chunk_types for p in "BIES"}
+        else:
+            self.label_list = sorted(self.chunk_types)
+            self._valid_tags = set(self.label_list)
+        self._label_ids = {label: i for i, label in enumerate(self.label_list)}
+
+    def types_in(self, sentences: Sequence[ConllSentence]) -> list[str]:
+        """The chunk types (span tags) or the tags of some sentences, sorted."""
+        tags = {t for s in sentences for t in s.tags}
+        if not self.span_tags:
+            return sorted(tags)
+        types = set()
+        for s in sentences:
+            for i, tag in enumerate(s.tags):
+                prefix, chunk_type = tagging_metrics.split_tag(tag)
+                if tag != tagging_metrics.OUTSIDE and (prefix not in ("B", "I", "E", "S")
+                                                        or not chunk_type):
+                    raise task_lib.TaskDataError(
+                        f"{s.path}:{s.lines[i]}: tag {tag!r} of word {s.words[i]!r} is not O or "
+                        f"B-, I-, E-, S-<type>; for tags that are not chunks (e.g. POS) set "
+                        f"\"encoding\": \"token\"")
+                if chunk_type:
+                    types.add(chunk_type)
+        return sorted(types)
 
     # -- reading --------------------------------------------------------------------------------
 
-    def _read(self, filename: str) -> list[ConllSentence]:
-        if filename not in self._files:
-            path = self.data_file(filename)
-            sentences = read_conll(path)
+    def split_path(self, split: str) -> str:
+        """<split>.txt in the data directory (an error naming what is there when missing)."""
+        return self.data_file(f"{split}.txt")
+
+    def has_split_file(self, split: str) -> bool:
+        return os.path.isfile(os.path.join(self.data_dir(), f"{split}.txt"))
+
+    def _read_path(self, path: str, check: bool = True) -> list[ConllSentence]:
+        sentences = read_conll(path, self.word_column, self.tag_column, self.num_columns)
+        if check:
             for s in sentences:
                 self._check_tags(s)
-            self._files[filename] = sentences
-        return self._files[filename]
+        return sentences
+
+    def _read(self, split: str) -> list[ConllSentence]:
+        if split not in self._files:
+            self._files[split] = self._read_path(self.split_path(split))
+        return self._files[split]
 
     def _check_tags(self, sentence: ConllSentence) -> None:
         for i, tag in enumerate(sentence.tags):
             if tag not in self._valid_tags:
+                if self.span_tags:
+                    expected = (f"not O, B-<type> or I-<type> with a {self.name} type "
+                                f"({', '.join(self.chunk_types)})")
+                else:
+                    expected = f"not one of the training file's tags ({', '.join(self.label_list)})"
                 raise task_lib.TaskDataError(
-                    f"{sentence.path}:{sentence.lines[i]}: chunk tag {tag!r} of word {sentence.words[i]!r} is "
-                    f"not O, B-<type> or I-<type> with a {self.name} type "
-                    f"({', '.join(self.chunk_types)})")
-
-    def has_dev_file(self) -> bool:
-        return os.path.isfile(os.path.join(self.data_dir(), "dev.txt"))
+                    f"{sentence.path}:{sentence.lines[i]}: tag {tag!r} of word "
+                    f"{sentence.words[i]!r} is {expected}")
 
     def heldout_size(self) -> int:
-        """Sentences of train.txt held out as the dev set (0 when dev.txt exists)."""
-        return 0 if self.has_dev_file() else self.config.heldout_dev_sentences
+        """Sentences of the training file held out as the dev set (0 with a dev file)."""
+        return 0 if self.has_split_file("dev") else self.config.heldout_dev_sentences
+
+    def _held_out(self, split: str) -> bool:
+        """Whether `split` is read from the training file (train, or a dev set held out of it)."""
+        return split == "train" or split == "dev" and not self.has_split_file("dev")
 
     def split_files(self, split: str) -> list[str]:
-        """<split>.txt; train.txt for a dev set held out of it."""
-        if split not in ("train", "dev") or split == "dev" and self.has_dev_file():
-            return [self.data_file(f"{split}.txt")]
-        return [self.data_file("train.txt")]
+        """The split's file; the training file for a dev set held out of it."""
+        return [self.split_path("train" if self._held_out(split) else split)]
 
     def _split_sentences(self, split: str) -> list[ConllSentence]:
-        if split not in ("train", "dev") or split == "dev" and self.has_dev_file():
-            return self._read(f"{split}.txt")
-        train = self._read("train.txt")
+        if not self._held_out(split):
+            return self._read(split)
+        train = self._read("train")
         n = self.heldout_size()
         if split == "train":
             if n >= len(train):
                 raise task_lib.TaskDataError(
                     f"task {self.name}: holding out heldout_dev_sentences={n} sentences as the "
-                    f"dev set leaves none of the {len(train)} in train.txt to train on")
+                    f"dev set leaves none of the {len(train)} in {self.split_path('train')} to "
+                    f"train on")
             if n:
                 self._log_holdout(train, n)
             return train[:len(train) - n]
         if n <= 0:
             raise task_lib.TaskDataError(
-                f"task {self.name}: {self.data_dir()} has no dev.txt and heldout_dev_sentences is "
-                f"{n}; add a dev.txt or hold out some training sentences")
+                f"task {self.name}: no dev file and heldout_dev_sentences is {n}; add a dev "
+                f"file or hold out some training sentences")
         n = min(n, len(train) - 1)
         self._log_holdout(train, n)
         return train[len(train) - n:]
@@ -257,11 +316,24 @@ class TaggingTask(task_lib.Task):
             return
         self._logged_holdout = True
         heldout = train[len(train) - n:]
-        log.warning("task %s: no dev.txt in %s (CoNLL-2000 has no official dev set); the last %d "
-                    "of %d train.txt sentences (%d words, from %s) are held out of training and "
-                    "used as the dev set (hparam heldout_dev_sentences)", self.name,
-                    self.data_dir(), n, len(train), sum(len(s.words) for s in heldout),
+        log.warning("task %s: no dev file (CoNLL-2000 has no official dev set); the last %d "
+                    "of %d sentences of %s (%d words, from %s) are held out of training and "
+                    "used as the dev set (hparam heldout_dev_sentences)", self.name, n,
+                    len(train), self.split_path("train"), sum(len(s.words) for s in heldout),
                     heldout[0].source)
+
+    def _labels(self, tags: list[str]) -> tuple[list[str], list[str]]:
+        """(tags to score against, training labels) of a sentence's tags as in the file.
+
+        Chunk tags train as BIOES and are scored as conlleval reads IOB (a BIOES file's tags
+        become IOB2 first: conlleval does not know S- and E-). Token tags are both.
+        """
+        if not self.span_tags:
+            return tags, tags
+        if any(t[:2] in ("E-", "S-") for t in tags):
+            tags = tagging_metrics.bioes_to_iob2(tags)
+        chunks = tagging_metrics.get_chunks(tags)
+        return tags, tagging_metrics.chunks_to_tags(chunks, len(tags), LABEL_ENCODING)
 
     def get_examples(self, split: str) -> list[TaggingExample]:
         if split not in self._examples:
@@ -271,17 +343,17 @@ class TaggingTask(task_lib.Task):
                 sentences = sentences[:limit]
             examples = []
             for eid, s in enumerate(sentences):
-                chunks = tagging_metrics.get_chunks(s.tags)
-                labels = tagging_metrics.chunks_to_tags(chunks, len(s.words), LABEL_ENCODING)
+                tags, labels = self._labels(s.tags)
                 examples.append(TaggingExample(task_name=self.name, eid=eid, source=s.source,
-                                               words=s.words, tags=s.tags, labels=labels))
+                                               words=s.words, tags=tags, labels=labels))
             log.info("%s %s: %d sentences, %d words", self.name, split, len(examples),
                      sum(len(e.words) for e in examples))
             self._examples[split] = examples
         return self._examples[split]
 
     def cache_key(self) -> dict[str, Any]:
-        return {"labels": self.label_list, "encoding": LABEL_ENCODING,
+        return {"labels": self.label_list,
+                "encoding": LABEL_ENCODING if self.span_tags else "token",
                 "heldout_dev_sentences": self.heldout_size(), "windows": "half-overlap-v1"}
 
     # -- featurizing ----------------------------------------------------------------------------
@@ -348,14 +420,23 @@ class TaggingTask(task_lib.Task):
     def get_scorer(self, split: str = "dev") -> tagging_metrics.ChunkF1Scorer:
         sentences = [tagging_metrics.TaggedSentence(e.eid, e.words, e.tags, e.source)
                      for e in self.get_examples(split)]
-        return tagging_metrics.ChunkF1Scorer(sentences, self.label_list)
+        return tagging_metrics.ChunkF1Scorer(sentences, self.label_list, self.span_tags)
+
+    def prediction_records(self, examples, outputs):
+        """{"words": [...], "tags": [...]} per sentence (chunk tags in IOB2)."""
+        scorer = tagging_metrics.ChunkF1Scorer(
+            [tagging_metrics.TaggedSentence(e.eid, e.words, e.tags, e.source) for e in examples],
+            self.label_list, self.span_tags)
+        for row in outputs:
+            scorer.update(row)
+        return [{"words": e.words, "tags": scorer.predicted_tags(e.eid)} for e in examples]
 
     def _write_outputs(self, scorer: tagging_metrics.ChunkF1Scorer, prefix: str) -> list[str]:
         """<prefix>_predictions.txt ("word gold predicted", conlleval's input) and
         <prefix>_conlleval.txt (what conlleval prints for it)."""
         predictions, report = prefix + "_predictions.txt", prefix + "_conlleval.txt"
         io_utils.write_text(predictions, scorer.conll_text())
-        io_utils.write_text(report, scorer.counts().report())
+        io_utils.write_text(report, scorer.report())
         return [predictions, report]
 
     def write_eval_outputs(self, scorer, split: str, trial: int) -> list[str]:
@@ -377,8 +458,46 @@ class TaggingTask(task_lib.Task):
 
 
 class Chunking(TaggingTask):
-    """CoNLL-2000 text chunking."""
+    """CoNLL-2000 text chunking: <raw_data_dir>/chunk/{train,dev,test}.txt, "word POS chunk-tag"
+    lines, the eleven CoNLL-2000 chunk types (a custom tagging task with these settings)."""
     chunk_types = CONLL2000_CHUNK_TYPES
 
     def __init__(self, config: configure_finetuning.FinetuningConfig, tokenizer):
         super().__init__(config, "chunk", tokenizer)
+
+
+class CustomTagging(TaggingTask):
+    """A tagging task defined by a `custom_tasks` spec (util/task_spec.py): its files, columns,
+    encoding and tag set (read from the training file unless the spec lists it)."""
+
+    num_columns = None
+
+    def __init__(self, config: configure_finetuning.FinetuningConfig, tokenizer, spec):
+        self.spec = spec
+        self.word_column = spec.get("word_column", 0)
+        self.tag_column = spec.get("tag_column", -1)
+        encoding = spec.get("encoding")
+        if encoding is None:  # chunk tags when every tag of the training file looks like one
+            tags = {t for s in read_conll(self.split_path("train"), self.word_column,
+                                          self.tag_column, None) for t in s.tags}
+            encoding = "span" if all(_is_chunk_tag(t) for t in tags) else "token"
+            log.info("task %s: tags read as %s tags (set \"encoding\" to choose)", spec.name,
+                     "chunk" if encoding == "span" else "per-token")
+        self.span_tags = encoding == "span"
+        self.chunk_types = tuple(spec.get("labels") or ())
+        super().__init__(config, spec.name, tokenizer)
+
+    def split_path(self, split: str) -> str:
+        return task_lib.spec_file(self.spec, split)
+
+    def has_split_file(self, split: str) -> bool:
+        return split in self.spec.files
+
+    def model_settings(self) -> dict[str, Any]:
+        return {"labels": list(self.chunk_types),
+                "encoding": "span" if self.span_tags else "token"}
+
+
+def _is_chunk_tag(tag: str) -> bool:
+    prefix, chunk_type = tagging_metrics.split_tag(tag)
+    return tag == tagging_metrics.OUTSIDE or prefix in ("B", "I", "E", "S") and bool(chunk_type)
