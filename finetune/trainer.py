@@ -171,6 +171,13 @@ class ModelRunner:
             io_utils.write_json(os.path.join(self.model_dir, SETTINGS_FILE), {
                 "training_settings": training_settings(self.config),
                 "bert_config": self.model.bert_config.to_dict(), "init": source})
+            # The trial carries its vocabulary (with its settings: casing, a custom task's
+            # labels), so predict.py and exports need nothing else.
+            vocab = self.config.vocab_file
+            name = "spm.model" if vocab.endswith(".model") else "vocab.txt"
+            with open(vocab, "rb") as f, io_utils.atomic_open(
+                    os.path.join(self.model_dir, name), "wb", encoding=None) as out:
+                out.write(f.read())
         return source
 
     def save(self) -> str | None:

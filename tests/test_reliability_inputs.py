@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import build_pretraining_dataset
 import configure_finetuning
 import export_model
+import predict
 import pretrain_fixtures as fx
 import run_finetuning
 import run_pretraining
@@ -812,6 +813,126 @@ def finetune_empty_training_file(env, tmp):
         r"task sst: no train examples in .*finetuning_data/sst/train\.tsv"]
 
 
+def custom(env, tmp, spec: dict, files: dict, **hparams):
+    """run_finetuning on a custom task "mine" whose files ({name: text}) are written in tmp."""
+    for name, text in files.items():
+        (tmp / name).write_text(text, encoding="utf-8")
+    spec = {k: str(tmp / v) if k in ("train", "dev", "test") else v for k, v in spec.items()}
+    return finetune(env, tmp, tasks=("mine",), custom_tasks={"mine": spec}, **hparams)
+
+
+CSV_SPEC = {"type": "classification", "train": "train.csv", "dev": "dev.csv", "text_a": "text",
+            "label": "label"}
+GOOD_CSV = "text,label\nw1 w2,pos\nw3 w4,neg\n\"w5, w6\",pos\n"
+
+
+@case
+def finetune_custom_task_file_missing(env, tmp):
+    return custom(env, tmp, CSV_SPEC, {"train.csv": GOOD_CSV}), [
+        r"hparam custom_tasks\.mine\.dev: file .*dev\.csv not found"]
+
+
+@case
+def finetune_custom_task_field_missing(env, tmp):
+    return custom(env, tmp, dict(CSV_SPEC, text_a="sentence"),
+                  {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV}), [
+        r"train\.csv:1: the header has no column 'sentence' \(text_a\); its columns: 'text', "
+        r"'label'"]
+
+
+@case
+def finetune_custom_task_dev_label_not_in_training(env, tmp):
+    return custom(env, tmp, CSV_SPEC, {"train.csv": GOOD_CSV,
+                                       "dev.csv": "text,label\nw1,pos\nw2,neutral\n"}), [
+        r"dev\.csv:3: unknown label 'neutral' for task mine; expected one of \['neg', 'pos'\]"]
+
+
+@case
+def finetune_custom_task_malformed_jsonl_line(env, tmp):
+    spec = dict(CSV_SPEC, train="train.jsonl", dev="dev.jsonl")
+    good = '{"text": "w1 w2", "label": "pos"}\n{"text": "w3", "label": "neg"}\n'
+    return custom(env, tmp, spec, {"train.jsonl": good,
+                                   "dev.jsonl": good + '{"text": "w4", "label": pos}\n'}), [
+        r"dev\.jsonl:3: not a JSON object"]
+
+
+@case
+def finetune_custom_task_jsonl_object_without_the_field(env, tmp):
+    spec = dict(CSV_SPEC, train="train.jsonl", dev="dev.jsonl")
+    good = '{"text": "w1 w2", "label": "pos"}\n{"text": "w3", "label": "neg"}\n'
+    return custom(env, tmp, spec, {"train.jsonl": good + '{"txt": "w5", "label": "pos"}\n',
+                                   "dev.jsonl": good}), [
+        r"train\.jsonl:3: no field 'text' \(text_a\); the object has: 'txt', 'label'"]
+
+
+@case
+def finetune_custom_task_row_with_too_few_columns(env, tmp):
+    spec = dict(CSV_SPEC, train="train.tsv", dev="dev.tsv")
+    good = "text\tlabel\nw1 w2\tpos\nw3\tneg\n"
+    return custom(env, tmp, spec, {"train.tsv": good + "w4 w5\n", "dev.tsv": good}), [
+        r"train\.tsv:4: 1 column\(s\), too few for field 'label'"]
+
+
+@case
+def finetune_custom_task_empty_file(env, tmp):
+    return custom(env, tmp, CSV_SPEC, {"train.csv": GOOD_CSV, "dev.csv": ""}), [
+        r"dev\.csv: no data rows \(hparam custom_tasks\.mine\.dev\)"]
+
+
+@case
+def finetune_custom_task_spec_with_an_unknown_key(env, tmp):
+    return custom(env, tmp, dict(CSV_SPEC, label_column="label"), {"train.csv": GOOD_CSV}), [
+        r"hparam custom_tasks\.mine\.label_column: unknown key for a classification task"]
+
+
+@case
+def finetune_custom_task_named_like_a_builtin(env, tmp):
+    (tmp / "train.csv").write_text(GOOD_CSV)
+    spec = dict(CSV_SPEC, train=str(tmp / "train.csv"), dev=str(tmp / "train.csv"))
+    return finetune(env, tmp, tasks=("sst",), custom_tasks={"sst": spec}), [
+        r"hparam custom_tasks\.sst: 'sst' is a built-in task; give yours another name"]
+
+
+@case
+def finetune_custom_tagging_line_without_the_tag_column(env, tmp):
+    spec = {"type": "tagging", "train": "train.txt", "dev": "dev.txt", "tag_column": 2}
+    good = "w1 X B-A\nw2 Y I-A\n\nw3 X O\n"
+    return custom(env, tmp, spec, {"train.txt": good + "\nw4 X\n", "dev.txt": good}), [
+        r"train\.txt:6: expected at least 3 whitespace-separated columns \(word column 0, tag "
+        r"column 2\), found 2"]
+
+
+@case
+def finetune_custom_tagging_dev_tag_not_in_training(env, tmp):
+    spec = {"type": "tagging", "train": "train.txt", "dev": "dev.txt"}
+    good = "w1 NN\nw2 VB\n\nw3 NN\n"
+    return custom(env, tmp, spec, {"train.txt": good, "dev.txt": good + "w4 JJ\n"}), [
+        r"dev\.txt:5: tag 'JJ' of word 'w4' is not one of the training file's tags \(NN, VB\)"]
+
+
+def _trained_custom_trial(env, tmp) -> str:
+    act = custom(env, tmp, CSV_SPEC, {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV})
+    assert act() == 0
+    return str(tmp / "fdata" / "models" / "ft" / "finetuning_models" / "mine_model_1")
+
+
+@case
+def predict_input_without_the_text_field(env, tmp):
+    trial = _trained_custom_trial(env, tmp)
+    (tmp / "new.jsonl").write_text('{"text": "w1"}\n{"sentence": "w2"}\n')
+    return (lambda: predict.main(["--model-dir", trial, "--input", str(tmp / "new.jsonl"),
+                                  "--output", str(tmp / "out.jsonl"), "--no-progress"])), [
+        r"new\.jsonl:2: no field 'text' \(text_a\); the object has: 'sentence'"]
+
+
+@case
+def predict_model_dir_is_not_a_trial(env, tmp):
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return (lambda: predict.main(["--model-dir", env.model_dir, "--input",
+                                  str(tmp / "new.txt"), "--no-progress"])), [
+        r"models/tiny is not a fine-tuning trial directory"]
+
+
 @case
 def finetune_damaged_feature_cache(env, tmp):
     # The featurized tfrecord cache (derived data) got damaged after it was written.
@@ -1037,7 +1158,7 @@ def score_text_missing_checkpoint(env, tmp):
 
 def test_the_catalogue_is_large_and_covers_every_command():
     commands = {name.split("_")[0] for name in CASES}
-    assert commands == {"build", "pretrain", "finetune", "export", "score"}
+    assert commands == {"build", "pretrain", "finetune", "export", "score", "predict"}
     assert len(CASES) >= 30
 
 
