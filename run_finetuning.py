@@ -154,10 +154,11 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     preemption.rearm()  # after the strategy: see util/preemption.py
     tokenizer = task_builder.build_tokenizer(config)
     tasks = task_builder.get_tasks(config, tokenizer)
-    if config.do_eval:  # a bad dev file fails now, not after a trial's training
-        for task in tasks:
-            for split, _ in task.get_eval_splits():
-                task.get_examples(split)
+    for task in tasks:  # bad data fails now, not after a trial's training
+        splits = (["train"] if config.do_train else []) + (
+            [split for split, _ in task.get_eval_splits()] if config.do_eval else [])
+        for split in splits:
+            task.get_examples(split)
     preprocessor = preprocessing.Preprocessor(config, tasks)
     lock_dir, lock_name = os.path.split(os.path.abspath(config.model_dir))
     summary = None
