@@ -301,3 +301,26 @@ def test_table_reader_formats(tmp_path):
                                       {"text_a": "x", "label": "y"})
     assert [(r.values["label"], r.source.rsplit(":", 1)[1]) for r in records] == [
         ("3", "1"), ("true", "3")]
+
+
+def test_a_multitask_run_mixes_custom_and_builtin_tasks(shared_data, tmp_path):
+    """CoLA's header-less TSV as a custom task (column numbers) beside the built-in sst."""
+    glue = shared_data / "glue"
+    cola = {"type": "classification", "train": str(glue / "CoLA" / "train.tsv"),
+            "dev": str(glue / "CoLA" / "dev.tsv"), "header": False, "text_a": 3, "label": 1,
+            "metrics": ["mcc", "accuracy"]}
+    config = config_for(tmp_path, shared_data, ["sst", "acceptable"],
+                        custom_tasks={"acceptable": cola}, raw_data_dir=str(glue / "{task}"),
+                        max_train_examples=32, max_eval_examples=16)
+    builtin_cola = config_for(tmp_path / "c", shared_data, ["cola"],
+                              raw_data_dir=str(glue / "{task}"), max_eval_examples=16)
+    acceptable = task_builder.get_tasks(config)[1]
+    assert acceptable.task_id() == 1
+    assert [(e.text_a, e.label) for e in acceptable.get_examples("dev")] == [
+        (e.text_a, e.label) for e in task_builder.get_tasks(builtin_cola)[0].get_examples("dev")]
+    results = run_finetuning.run_finetuning(config)["median"]
+    assert set(results) == {"sst", "acceptable"}
+    assert list(results["acceptable"]) == ["mcc", "accuracy", "loss"]
+    heads = {n.split("/")[1] for n in checkpoint.read_all(trial_dir(config)) if
+             n.startswith("task_specific/")}
+    assert heads == {"sst", "acceptable"}
