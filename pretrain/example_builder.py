@@ -117,8 +117,9 @@ class ExampleBuilder:
                         or (not second and len(first) < first_target and rng.random() < 0.5))
             segment = first if to_first else second
             if not self._official_truncation:
-                # Room left under max_length after [CLS], the [SEP] of A, and B's [SEP] if any.
-                room = self._max_length - 2 - len(first) - len(second) - (bool(second) or not to_first)
+                # Room under max_length after [CLS] A [SEP], and B's [SEP] once B has begun.
+                separators = 3 if second or not to_first else 2
+                room = self._max_length - separators - len(first) - len(second)
                 if len(sentence) > room:
                     room = max(room, 0)
                     segment.extend(sentence[:room])
