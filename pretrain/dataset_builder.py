@@ -58,6 +58,7 @@ class BuildConfig:
     eval_fraction: float = 0.02
     seed: int = 12345
     skip_bad_files: bool = False
+    official_truncation: bool = False      # drop what does not fit, as the official script
     show_progress: bool = True
     log: Callable[[str], None] = print
 
@@ -334,6 +335,7 @@ def _settings_record(cfg: BuildConfig, files: list[corpus.InputFile], num_shards
         "strip_accents": strip_accents if cfg.kind == "wordpiece" else None,
         "max_seq_length": cfg.max_seq_length,
         "blanks_separate_docs": cfg.blanks_separate_docs,
+        "official_truncation": cfg.official_truncation,
         "seed": cfg.seed,
         "num_out_files": num_shards,
         "eval_fraction": cfg.eval_fraction,
@@ -417,7 +419,8 @@ def _build_dataset(cfg: BuildConfig) -> dict:
                 group=g, units=tuple(units), shards=shards, write=missing, num_shards=num_shards,
                 output_dir=os.path.abspath(cfg.output_dir), tokenizer=spec,
                 max_seq_length=cfg.max_seq_length, blanks_separate_docs=cfg.blanks_separate_docs,
-                seed=cfg.seed, skip_bad_files=cfg.skip_bad_files))
+                seed=cfg.seed, skip_bad_files=cfg.skip_bad_files,
+                official_truncation=cfg.official_truncation))
     if done:
         log(f"{len(done)} of {num_shards} shards are already complete; "
             f"building the other {num_shards - len(done)}")
@@ -473,7 +476,8 @@ def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab
         entry["split"] = "eval" if s in eval_set else "train"
         shards[pretrain_data.shard_name(s, num_shards)] = entry
     totals = {key: sum(v[key] for v in shard_stats.values())
-              for key in ("examples", "tokens", "example_tokens", "single_segment")}
+              for key in ("examples", "tokens", "tokens_kept", "tokens_cut", "example_tokens",
+                          "single_segment")}
     eval_examples = sum(shard_stats[s]["examples"] for s in eval_set)
     if totals["examples"] == 0:
         reason = (f"; {len(skipped)} bad file(s) were skipped" if skipped else "")
@@ -492,12 +496,15 @@ def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab
         "strip_accents": config["strip_accents"],
         "max_seq_length": cfg.max_seq_length,
         "blanks_separate_docs": cfg.blanks_separate_docs,
+        "official_truncation": cfg.official_truncation,
         "seed": cfg.seed,
         "num_out_files": num_shards,
         "eval_fraction": cfg.eval_fraction,
         "eval_files": [pretrain_data.shard_name(s, num_shards) for s in sorted(eval_set)],
         "num_examples": totals["examples"],
         "num_tokens": totals["tokens"],
+        "num_tokens_kept": totals["tokens_kept"],
+        "num_tokens_cut": totals["tokens_cut"],
         "num_example_tokens": totals["example_tokens"],
         "num_single_segment": totals["single_segment"],
         "num_train_examples": totals["examples"] - eval_examples,
@@ -518,7 +525,8 @@ def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab
 
     empty = sum(1 for v in shard_stats.values() if v["examples"] == 0)
     mb = work_bytes / 1e6
-    line = (f"Done: {totals['examples']:,} examples ({totals['tokens']:,} tokens) in "
+    line = (f"Done: {totals['examples']:,} examples ({totals['tokens']:,} tokens: "
+            f"{totals['tokens_kept']:,} kept, {totals['tokens_cut']:,} cut) in "
             f"{num_shards} shards ({len(eval_set)} held out for eval, {eval_examples:,} examples) "
             f"from {len(files)} files; {mb:.1f} MB processed in {seconds:.1f} s "
             f"({mb / max(seconds, 1e-9):.2f} MB/s) -> {cfg.output_dir}")

@@ -7,8 +7,15 @@ ExampleBuilder applies the rules of the official ELECTRA build_pretraining_datas
   - a document end (blank line / end of file) closes the current example early;
   - the sentences are split into two segments [CLS] A [SEP] B [SEP]: A takes whole sentences
     up to about half the target (a sentence that would overflow A joins it half of the time
-    while B is still empty); 10% of examples are a single segment [CLS] A [SEP];
-  - A is cut to max_seq_length - 2 tokens and B to what is left after [CLS] A [SEP] [SEP].
+    while B is still empty); 10% of examples are a single segment [CLS] A [SEP].
+What does not fit in max_seq_length differs (issue 17):
+  - official_truncation: A is cut to max_seq_length - 2 tokens and B to what is left after
+    [CLS] A [SEP] [SEP], and the rest is dropped. On a corpus with one paragraph per line this
+    drops about 28% of the text at max_seq_length 128, so it is only kept for reproduction;
+  - the default: the sentence that does not fit fills the example up to max_seq_length, and its
+    tail and the sentences after it are carried to the next example of the document. No token
+    is dropped; with encode_line() cutting long lines at sentence boundaries, examples mostly
+    start at a sentence start.
 
 build_group() is the unit of parallel work of build_pretraining_dataset.py: it reads a fixed
 list of corpus units, builds examples with an RNG seeded by (seed, group) and writes the
@@ -23,7 +30,7 @@ import time
 from typing import Callable, NamedTuple
 
 from model import tokenization
-from pretrain import corpus, pretrain_data, tfrecord_writer
+from pretrain import corpus, pretrain_data, sentences, tfrecord_writer
 from util import io_utils
 
 SINGLE_SEGMENT_PROB = 0.1     # official: "small chance to only have one segment"
@@ -37,7 +44,7 @@ STATE_DIR = ".build_state"
 
 class Example(NamedTuple):
     """tokens: [CLS] A [SEP] (B [SEP]) ids, unpadded; num_first: len([CLS] A [SEP]);
-    num_consumed: tokens of the sentences that went into it (before truncation)."""
+    num_consumed: tokens taken from the input for it (kept, or cut under official_truncation)."""
     tokens: list[int]
     num_first: int
     num_consumed: int
@@ -45,6 +52,10 @@ class Example(NamedTuple):
     @property
     def single_segment(self) -> bool:
         return self.num_first == len(self.tokens)
+
+    @property
+    def num_kept(self) -> int:
+        return len(self.tokens) - (2 if self.single_segment else 3)  # minus [CLS] and [SEP]s
 
 
 class ExampleBuilder:
@@ -54,34 +65,41 @@ class ExampleBuilder:
       max_length: max_seq_length, including [CLS] and [SEP]s (>= 5).
       cls_id, sep_id: special-token ids.
       rng: the source of all random choices (segment split, short targets).
+      official_truncation: drop what does not fit, as the official script (see the module
+        docstring); by default it is carried to the next example.
     """
 
-    def __init__(self, max_length: int, cls_id: int, sep_id: int, rng: random.Random):
+    def __init__(self, max_length: int, cls_id: int, sep_id: int, rng: random.Random,
+                 official_truncation: bool = False):
         if max_length < MIN_TARGET_LENGTH:
             raise ValueError(f"max_seq_length must be at least {MIN_TARGET_LENGTH}, got {max_length}")
         self._max_length = max_length
         self._cls = cls_id
         self._sep = sep_id
         self._rng = rng
+        self._official_truncation = official_truncation
         self._sentences: list[list[int]] = []
         self._length = 0
         self._target = max_length
 
-    def add_sentence(self, token_ids: list[int]) -> Example | None:
-        """Adds one tokenized line; returns an example when the target length is reached."""
+    def add_sentence(self, token_ids: list[int]) -> list[Example]:
+        """Adds one tokenized sentence (a line); returns the examples completed by it: none, one,
+        or with carried text more than one."""
         if not token_ids:
-            return None
+            return []
         self._sentences.append(token_ids)
         self._length += len(token_ids)
-        if self._length >= self._target:
-            return self._make_example()
-        return None
+        examples = []
+        while self._length >= self._target:
+            examples.append(self._make_example())
+        return examples
 
-    def end_document(self) -> Example | None:
-        """Closes the current document: whatever has accumulated becomes an example."""
-        if self._length == 0:
-            return None
-        return self._make_example()
+    def end_document(self) -> list[Example]:
+        """Closes the current document: whatever has accumulated becomes examples."""
+        examples = []
+        while self._length:
+            examples.append(self._make_example())
+        return examples
 
     def _make_example(self) -> Example:
         rng = self._rng
@@ -91,20 +109,31 @@ class ExampleBuilder:
             first_target = (self._target - 3) // 2  # 3 = [CLS] and two [SEP] not yet added
         first: list[int] = []
         second: list[int] = []
-        for sentence in self._sentences:
+        carried: list[list[int]] = []
+        for i, sentence in enumerate(self._sentences):
             # A sentence joins A if A is empty, if it fits under A's target, or (with
             # probability 1/2, while B is empty) if A is still short of its target.
-            if (not first or len(first) + len(sentence) < first_target
-                    or (not second and len(first) < first_target and rng.random() < 0.5)):
-                first.extend(sentence)
-            else:
-                second.extend(sentence)
-        first = first[:self._max_length - 2]
-        second = second[:max(0, self._max_length - len(first) - 3)]
-        consumed = self._length
+            to_first = (not first or len(first) + len(sentence) < first_target
+                        or (not second and len(first) < first_target and rng.random() < 0.5))
+            segment = first if to_first else second
+            if not self._official_truncation:
+                # Room under max_length after [CLS] A [SEP], and B's [SEP] once B has begun.
+                separators = 3 if second or not to_first else 2
+                room = self._max_length - separators - len(first) - len(second)
+                if len(sentence) > room:
+                    room = max(room, 0)
+                    segment.extend(sentence[:room])
+                    carried = [sentence[room:]] + self._sentences[i + 1:]
+                    break
+            segment.extend(sentence)
+        if self._official_truncation:
+            first = first[:self._max_length - 2]
+            second = second[:max(0, self._max_length - len(first) - 3)]
+        carried_length = sum(map(len, carried))
+        consumed = self._length - carried_length
 
-        self._sentences = []
-        self._length = 0
+        self._sentences = carried
+        self._length = carried_length
         if rng.random() < SHORT_TARGET_PROB:
             self._target = rng.randint(MIN_TARGET_LENGTH, self._max_length)
         else:
@@ -116,6 +145,21 @@ class ExampleBuilder:
             tokens += second
             tokens.append(self._sep)
         return Example(tokens, num_first, consumed)
+
+
+def encode_line(line: str, encode: Callable[[str], list[int]], max_length: int) -> list[list[int]]:
+    """A line's token ids as the builder's sentences: the whole line when it fits in one segment
+    (max_length - 2 tokens, as the official script treats every line), else its sentences, each
+    tokenized alone (so no boundary falls inside a word) and cut into chunks that fit."""
+    limit = max_length - 2
+    ids = encode(line)
+    if len(ids) <= limit:
+        return [ids]
+    pieces = []
+    for sentence in sentences.split_sentences(line):
+        ids = encode(sentence)
+        pieces += [ids[i:i + limit] for i in range(0, len(ids), limit)]
+    return pieces
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +181,8 @@ class TokenizerSpec:
 @dataclasses.dataclass(frozen=True)
 class GroupTask:
     """group: index; units: its inputs; shards: the shard indices it fills (round robin);
-    write: the subset of `shards` to (re)write; blanks_separate_docs: None = per source."""
+    write: the subset of `shards` to (re)write; blanks_separate_docs: None = per source;
+    official_truncation: see ExampleBuilder."""
     group: int
     units: tuple[corpus.Unit, ...]
     shards: tuple[int, ...]
@@ -149,12 +194,15 @@ class GroupTask:
     blanks_separate_docs: bool | None
     seed: int
     skip_bad_files: bool
+    official_truncation: bool = False
 
 
 @dataclasses.dataclass
 class ShardStats:
     examples: int = 0
     tokens: int = 0            # tokenizer tokens of the sentences in the shard's examples
+    tokens_kept: int = 0       # of those, the tokens in the examples ...
+    tokens_cut: int = 0        # ... and the ones cut off (official_truncation only)
     example_tokens: int = 0    # non-padding positions ([CLS]/[SEP] included)
     single_segment: int = 0
 
@@ -217,9 +265,16 @@ def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None 
     encode = tokenizer.encode
     rng = random.Random(f"{task.seed}:{task.group}:examples")
     shuffle_rng = random.Random(f"{task.seed}:{task.group}:shuffle")
-    builder = ExampleBuilder(task.max_seq_length, tokenizer.cls_id, tokenizer.sep_id, rng)
+    builder = ExampleBuilder(task.max_seq_length, tokenizer.cls_id, tokenizer.sep_id, rng,
+                             task.official_truncation)
     # Tokenizer ids lie in [0, vocab_size): the serializer may skip its range check.
     check_ids = len(tokenizer.vocab) - 1 > pretrain_data.MAX_FAST_ID
+
+    def encode_sentences(line: str) -> list[list[int]]:
+        if task.official_truncation:
+            return [encode(line)]  # a line is one sentence, however long
+        return encode_line(line, encode, task.max_seq_length)
+
     units = list(task.units)
     rng.shuffle(units)  # like the official script, which shuffles its file list
 
@@ -240,6 +295,8 @@ def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None 
         s = stats[shard]
         s.examples += 1
         s.tokens += example.num_consumed
+        s.tokens_kept += example.num_kept
+        s.tokens_cut += example.num_consumed - example.num_kept
         s.example_tokens += len(example.tokens)
         s.single_segment += example.single_segment
         writer = writers.get(shard)
@@ -247,16 +304,15 @@ def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None 
             writer.write(pretrain_data.serialize_unpadded(
                 example.tokens, example.num_first, task.max_seq_length, check_ids))
 
-    def emit(example: Example | None) -> None:
-        if example is None:
-            return
-        progress.add(examples=1)
-        if len(buffer) < SHUFFLE_BUFFER:
-            buffer.append(example)
-            return
-        j = shuffle_rng.randrange(SHUFFLE_BUFFER)
-        write(buffer[j])
-        buffer[j] = example
+    def emit(examples: list[Example]) -> None:
+        for example in examples:
+            progress.add(examples=1)
+            if len(buffer) < SHUFFLE_BUFFER:
+                buffer.append(example)
+                continue
+            j = shuffle_rng.randrange(SHUFFLE_BUFFER)
+            write(buffer[j])
+            buffer[j] = example
 
     def on_bytes(n: int) -> None:
         nonlocal bytes_read
@@ -287,7 +343,8 @@ def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None 
                     for line in lines:
                         line = line.strip()
                         if line:
-                            emit(builder.add_sentence(encode(line)))
+                            for piece in encode_sentences(line):
+                                emit(builder.add_sentence(piece))
                         elif split_on_blanks:
                             emit(builder.end_document())
                     # The end of a file, range or archive member always ends a document.

@@ -43,6 +43,26 @@ def make_corpus(directory: pathlib.Path, num_files: int = 3, docs_per_file: int 
     return all_lines
 
 
+def make_long_lines(directory: pathlib.Path, name: str = "long.txt", seed: int = 1) -> list[str]:
+    """A file of documents whose lines hold several sentences ("W7 w3 w9. W1 w2."), many of them
+    longer than 32 tokens and a few single sentences longer still; returns its lines."""
+    import random
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(12):
+        for _ in range(rng.randint(1, 5)):
+            sentences = []
+            for _ in range(rng.randint(1, 8)):
+                n = rng.randint(0, 12) if rng.random() < 0.9 else rng.randint(30, 70)
+                sentences.append(" ".join([rng.choice(WORDS).upper()]
+                                          + [rng.choice(WORDS) for _ in range(n)]) + ".")
+            lines.append(" ".join(sentences))
+        lines.append("")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text("\n".join(lines), encoding="utf-8")
+    return lines
+
+
 def build(corpus_dir, output_dir, vocab_file, **kwargs) -> dict:
     messages = kwargs.pop("messages", [])
     settings = dict(max_seq_length=32, num_out_files=1, eval_fraction=0.0, show_progress=False)
@@ -94,8 +114,49 @@ def test_layout_and_token_counts(tmp_path, vocab_file):
     assert all(UNK not in r["input_ids"] for r in records)
     assert metadata["shards"]["pretrain_data.tfrecord-0-of-1"] == {
         "examples": len(records), "tokens": metadata["num_tokens"],
+        "tokens_kept": metadata["num_tokens"], "tokens_cut": 0,
         "example_tokens": sum(real_tokens), "single_segment": metadata["num_single_segment"],
         "split": "train"}
+
+
+def test_default_keeps_every_token_of_long_lines(tmp_path, vocab_file):
+    lines = make_long_lines(tmp_path / "corpus")
+    tokenizer = tokenization.FullTokenizer(vocab_file)
+    line_ids = [tokenizer.encode(line) for line in lines]
+    assert sum(len(ids) > 30 for ids in line_ids) > 10  # many lines longer than an example
+    messages = []
+    metadata = build(tmp_path / "corpus", tmp_path / "out", vocab_file, messages=messages)
+    records = read_records(all_shards(tmp_path / "out", metadata), 32)
+    for r in records:
+        check_layout(r, 32)
+    kept = [i for r in records for i in r["input_ids"] if i > SEP]
+    # Every token of every line is in exactly one example (examples are shuffled: compare as
+    # multisets; the builder's own tests check the order).
+    assert sorted(kept) == sorted(i for ids in line_ids for i in ids)
+    assert metadata["num_tokens"] == metadata["num_tokens_kept"] == len(kept)
+    assert metadata["num_tokens_cut"] == 0 and metadata["official_truncation"] is False
+    assert metadata["num_example_tokens"] == len(kept) + sum(
+        2 + (1 in r["segment_ids"]) for r in records)
+    assert any(f"{len(kept):,} kept, 0 cut" in m for m in messages)
+
+
+def test_official_truncation_reproduces_the_earlier_builder(tmp_path, vocab_file):
+    make_corpus(tmp_path / "corpus", num_files=2, docs_per_file=10)
+    make_long_lines(tmp_path / "corpus")
+    metadata = build(tmp_path / "corpus", tmp_path / "out", vocab_file, num_out_files=2,
+                     official_truncation=True)
+    # The shards the builder wrote before --official-truncation existed (commit efaeca6).
+    assert {name: dataset_builder.sha256_file(str(tmp_path / "out" / name))
+            for name in metadata["shards"]} == {
+        "pretrain_data.tfrecord-0-of-2":
+            "e3267f3adab5eb9a48333161df96f734533a243b80bcfede5dde49feb17fcb1f",
+        "pretrain_data.tfrecord-1-of-2":
+            "61dd06d40ccc32bd97d0cc5c8b134e9755df77800725e93059c5e73f574ad878"}
+    assert (metadata["num_examples"], metadata["num_tokens"]) == (53, 2444)
+    cut = metadata["num_tokens_cut"]
+    assert cut > 0 and metadata["num_tokens_kept"] + cut == metadata["num_tokens"]
+    assert metadata["official_truncation"] is True
+    assert metadata["config"]["official_truncation"] is True
 
 
 def test_documents_make_separate_examples(tmp_path, vocab_file):
@@ -161,6 +222,7 @@ def test_resume_rebuilds_only_the_missing_shard(tmp_path, vocab_file):
 
 def test_deterministic_across_runs_and_process_counts(tmp_path, vocab_file):
     make_corpus(tmp_path / "corpus", num_files=4, docs_per_file=12)
+    make_long_lines(tmp_path / "corpus")  # lines split into sentences and carried over
     one = build(tmp_path / "corpus", tmp_path / "p1", vocab_file, num_out_files=3, seed=7)
     two = build(tmp_path / "corpus", tmp_path / "p2", vocab_file, num_out_files=3, seed=7,
                 num_processes=2)
@@ -299,6 +361,8 @@ def test_refuses_output_of_another_configuration(tmp_path, vocab_file):
                                          r"32 before, 64 now\)"):
         build(tmp_path / "corpus", tmp_path / "out", vocab_file, max_seq_length=64)
     (tmp_path / "corpus" / "new.txt").write_text("w1 w2\n")
+    with pytest.raises(ValueError, match="official_truncation: False before, True now"):
+        build(tmp_path / "corpus", tmp_path / "out", vocab_file, official_truncation=True)
     with pytest.raises(ValueError, match="corpus: "):
         build(tmp_path / "corpus", tmp_path / "out", vocab_file)
     foreign = tmp_path / "foreign"
@@ -320,6 +384,8 @@ def test_command_line_flags(tmp_path, vocab_file, capsys):
     assert (args.do_lower_case, args.strip_accents) == (False, False)
     assert parser.parse_args(base).do_lower_case is True
     assert parser.parse_args(base + ["--do-strip-accents"]).strip_accents is True
+    assert parser.parse_args(base).official_truncation is False
+    assert parser.parse_args(base + ["--official-truncation"]).official_truncation is True
     with pytest.raises(SystemExit):
         parser.parse_args(base + ["--blanks-separate-docs", "maybe"])
     assert "expected true or false, got 'maybe'" in capsys.readouterr().err
@@ -327,7 +393,8 @@ def test_command_line_flags(tmp_path, vocab_file, capsys):
     for flag in ("--corpus-dir", "--vocab-file", "--output-dir", "--max-seq-length",
                  "--num-processes", "--blanks-separate-docs", "--do-lower-case", "--no-lower-case",
                  "--strip-accents", "--no-strip-accents", "--num-out-files", "--spm-model",
-                 "--vocab-size", "--eval-fraction", "--seed", "--skip-bad-files"):
+                 "--vocab-size", "--eval-fraction", "--seed", "--skip-bad-files",
+                 "--official-truncation"):
         assert flag in help_text
     assert help_text.count("Example:") >= 10
 
@@ -383,3 +450,5 @@ def test_real_corpus_slice(shared_data, tmp_path):
     assert unk < 0.002 * metadata["num_example_tokens"]
     tokenizer = tokenization.FullTokenizer(vocab)
     assert metadata["num_tokens"] == sum(len(tokenizer.encode(line)) for line in lines)
+    # Long paragraphs are split, not cut: every token is kept.
+    assert metadata["num_tokens_kept"] == metadata["num_tokens"] and metadata["num_tokens_cut"] == 0

@@ -34,15 +34,31 @@ class ScriptedRandom:
 
 def test_two_segments_and_truncation():
     rng = ScriptedRandom([0.5, 0.9, 0.9])  # two segments; overflowing sentence not in A; full target
-    b = example_builder.ExampleBuilder(16, CLS, SEP, rng)
-    assert b.add_sentence([10, 11, 12]) is None
-    assert b.add_sentence([13, 14, 15, 16]) is None
-    assert b.add_sentence([17, 18, 19, 20, 21]) is None
-    ex = b.add_sentence([22, 23, 24, 25])  # 16 tokens reach the target
+    b = example_builder.ExampleBuilder(16, CLS, SEP, rng, official_truncation=True)
+    assert b.add_sentence([10, 11, 12]) == []
+    assert b.add_sentence([13, 14, 15, 16]) == []
+    assert b.add_sentence([17, 18, 19, 20, 21]) == []
+    [ex] = b.add_sentence([22, 23, 24, 25])  # 16 tokens reach the target
     # A's target is (16 - 3) // 2 = 6: A = first sentence; the second would overflow it and
     # the 0.9 draw keeps it out; B = the rest, cut to 16 - 3 - 3 = 10 tokens.
     assert ex.tokens == [CLS, 10, 11, 12, SEP, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, SEP]
-    assert ex.num_first == 5 and ex.num_consumed == 16 and not ex.single_segment
+    assert ex.num_first == 5 and ex.num_consumed == 16 and ex.num_kept == 13
+    assert not ex.single_segment
+    assert rng.randoms == [] and b.end_document() == []  # the cut tokens are gone
+
+
+def test_what_does_not_fit_is_carried_to_the_next_example():
+    # The same draws and sentences as above, without official_truncation.
+    rng = ScriptedRandom([0.5, 0.9, 0.9, 0.5, 0.9])
+    b = example_builder.ExampleBuilder(16, CLS, SEP, rng)
+    for sentence in ([10, 11, 12], [13, 14, 15, 16], [17, 18, 19, 20, 21]):
+        assert b.add_sentence(sentence) == []
+    [ex] = b.add_sentence([22, 23, 24, 25])
+    # B has room for 10 tokens: the last sentence gives its first one, the rest waits.
+    assert ex.tokens == [CLS, 10, 11, 12, SEP, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, SEP]
+    assert ex.num_consumed == ex.num_kept == 13
+    [rest] = b.end_document()  # the tail starts the next example
+    assert rest.tokens == [CLS, 23, 24, 25, SEP] and rest.num_consumed == 3
     assert rng.randoms == []
 
 
@@ -51,50 +67,112 @@ def test_overflowing_sentence_joins_first_segment_half_the_time():
     b = example_builder.ExampleBuilder(16, CLS, SEP, rng)
     b.add_sentence([10, 11, 12])
     b.add_sentence([13, 14, 15, 16])
-    ex = b.end_document()
+    [ex] = b.end_document()
     assert ex.tokens == [CLS, 10, 11, 12, 13, 14, 15, 16, SEP]
     assert ex.single_segment
 
 
 def test_single_segment_branch_and_first_segment_cut():
     rng = ScriptedRandom([0.05, 0.9])  # < 0.1: one segment
-    b = example_builder.ExampleBuilder(8, CLS, SEP, rng)
-    ex = b.add_sentence(list(range(10, 20)))
+    b = example_builder.ExampleBuilder(8, CLS, SEP, rng, official_truncation=True)
+    [ex] = b.add_sentence(list(range(10, 20)))
     assert ex.tokens == [CLS, 10, 11, 12, 13, 14, 15, SEP]  # A cut to 8 - 2
     assert ex.num_first == 8 and ex.num_consumed == 10 and ex.single_segment
+    # By default the 4 tokens past 8 - 2 make the next example (two draws more).
+    rng = ScriptedRandom([0.05, 0.9, 0.5, 0.9])
+    b = example_builder.ExampleBuilder(8, CLS, SEP, rng)
+    [ex] = b.add_sentence(list(range(10, 20)))
+    assert ex.tokens == [CLS, 10, 11, 12, 13, 14, 15, SEP] and ex.num_consumed == 6
+    assert [e.tokens for e in b.end_document()] == [[CLS, 16, 17, 18, 19, SEP]]
 
 
 def test_short_target_and_document_end():
     # After the first example a 0.01 draw (< 5%) sets a random target of 7 for the next one.
     rng = ScriptedRandom([0.5, 0.01, 0.5, 0.9], randints=[7])
     b = example_builder.ExampleBuilder(16, CLS, SEP, rng)
-    assert b.end_document() is None          # nothing accumulated: no example
-    assert b.add_sentence([]) is None        # empty lines add nothing
-    assert b.add_sentence([5, 6]) is None
-    first = b.end_document()                 # a document end closes a short example
+    assert b.end_document() == []           # nothing accumulated: no example
+    assert b.add_sentence([]) == []          # empty lines add nothing
+    assert b.add_sentence([5, 6]) == []
+    [first] = b.end_document()               # a document end closes a short example
     assert first.tokens == [CLS, 5, 6, SEP] and first.num_consumed == 2
-    assert b.add_sentence([7, 8, 9]) is None
-    ex = b.add_sentence([10, 11, 12, 13])    # 7 tokens reach the short target
+    assert b.add_sentence([7, 8, 9]) == []
+    [ex] = b.add_sentence([10, 11, 12, 13])  # 7 tokens reach the short target
     # A's target is (7 - 3) // 2 = 2: A = [7, 8, 9] (A was empty); the next sentence cannot
     # join A (A is not short of its target), so no draw is made; B = the rest.
     assert ex.tokens == [CLS, 7, 8, 9, SEP, 10, 11, 12, 13, SEP]
     assert rng.randoms == [] and rng.randints == []
 
 
-def test_single_segment_ratio_on_a_large_stream():
+@pytest.mark.parametrize("official_truncation", [True, False])
+def test_single_segment_ratio_on_a_large_stream(official_truncation):
     rng = random.Random(0)
-    b = example_builder.ExampleBuilder(128, CLS, SEP, rng)
+    b = example_builder.ExampleBuilder(128, CLS, SEP, rng, official_truncation)
     examples = []
     while len(examples) < 20000:
-        ex = b.add_sentence([7] * rng.randint(3, 12))
-        if ex is not None:
-            examples.append(ex)
+        examples += b.add_sentence([7] * rng.randint(3, 12))
     single = sum(ex.single_segment for ex in examples) / len(examples)
     # 10% by choice, plus the few short-target examples made of a single sentence.
     assert 0.09 < single < 0.115, single
     short = sum(len(ex.tokens) < 100 for ex in examples) / len(examples)
     assert 0.03 < short < 0.07, short  # the 5% random-length targets
     assert all(len(ex.tokens) <= 128 for ex in examples)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_default_keeps_every_token_once_and_in_order(seed):
+    """Random sentences (some longer than an example) and document ends: the examples hold
+    every token exactly once, and an example never holds text from before the previous one."""
+    rng = random.Random(seed)
+    max_length = rng.choice([8, 16, 32])
+    b = example_builder.ExampleBuilder(max_length, CLS, SEP, random.Random(seed + 100))
+    fed, examples = [], []
+    next_id = 10
+    for _ in range(400):
+        if rng.random() < 0.1:
+            examples += b.end_document()
+            continue
+        sentence = list(range(next_id, next_id + rng.choice([1, 3, 7, 20, 50])))
+        next_id += len(sentence)
+        fed += sentence
+        examples += b.add_sentence(sentence)
+    examples += b.end_document()
+    contents = []
+    for ex in examples:
+        assert len(ex.tokens) <= max_length and ex.tokens[0] == CLS and ex.tokens[-1] == SEP
+        assert ex.tokens[ex.num_first - 1] == SEP and ex.tokens.count(SEP) == 2 - ex.single_segment
+        content = [t for t in ex.tokens if t not in (CLS, SEP)]
+        assert ex.num_kept == ex.num_consumed == len(content) > 0
+        contents.append(content)
+    assert sorted(t for c in contents for t in c) == fed
+    assert all(max(a) < min(b) for a, b in zip(contents, contents[1:]))
+
+
+def test_a_long_line_is_split_at_sentences_and_kept_whole():
+    encode = lambda text: [int(word) for word in text.replace(".", "").split()]
+    short = "1 2 3. 4 5"
+    assert example_builder.encode_line(short, encode, 8) == [[1, 2, 3, 4, 5]]  # fits: one piece
+    # Sentences are tokenized alone; one longer than max_length - 2 is cut into chunks.
+    line = "1 2 3. 4 5 6 7 8 9 10 11 12 13 14. 15 16."
+    assert example_builder.encode_line(line, encode, 8) == [
+        [1, 2, 3], [4, 5, 6, 7, 8, 9], [10, 11, 12, 13, 14], [15, 16]]
+    # A line of 3 x max_length tokens in sentences of 1-9 words: every token, in order.
+    words = [str(i) for i in range(100, 100 + 3 * 32)]
+    rng = random.Random(3)
+    sentences, i = [], 0
+    while i < len(words):
+        n = rng.randint(1, 9)
+        sentences.append(" ".join(words[i:i + n]) + ".")
+        i += n
+    pieces = example_builder.encode_line(" ".join(sentences), encode, 32)
+    assert len(pieces) > 3
+    b = example_builder.ExampleBuilder(32, CLS, SEP, random.Random(0))
+    examples = [ex for piece in pieces for ex in b.add_sentence(piece)] + b.end_document()
+    kept = [t for ex in examples for t in ex.tokens if t not in (CLS, SEP)]
+    assert kept == list(range(100, 196)) and len(examples) == 4
+    # With official_truncation the same line is one example cut at 30 tokens.
+    b = example_builder.ExampleBuilder(32, CLS, SEP, random.Random(0), official_truncation=True)
+    [ex] = b.add_sentence(encode(" ".join(sentences))) + b.end_document()
+    assert ex.num_kept == 30 and ex.num_consumed == 96
 
 
 def test_max_length_validation():
