@@ -187,6 +187,8 @@ def _check_output_dir(output_dir: str, config: dict, existing: dict | None) -> N
                 f"build record ({example_builder.STATE_DIR}/config.json), so they may come from a "
                 f"different vocabulary or settings; choose an empty --output-dir or delete them")
         return
+    # Builds recorded before the key existed truncated as the official script.
+    existing = dict({"official_truncation": True}, **existing)
     differences = [f"{key}: {existing.get(key)!r} before, {config.get(key)!r} now"
                    for key in sorted(set(config) | set(existing))
                    if existing.get(key) != config.get(key)]
@@ -215,8 +217,18 @@ def _complete_shards(output_dir: str, num_shards: int) -> dict[int, dict]:
         path = os.path.join(output_dir, pretrain_data.shard_name(shard, num_shards))
         stats = example_builder.stats_path(output_dir, shard, num_shards)
         if os.path.exists(path) and os.path.exists(stats):
-            done[shard] = io_utils.read_json(stats)
+            done[shard] = _with_kept_and_cut(io_utils.read_json(stats))
     return done
+
+
+def _with_kept_and_cut(stats: dict) -> dict:
+    """Stats of a shard written before tokens_kept/tokens_cut were counted (an official-
+    truncation build): every example holds [CLS] A [SEP], plus [SEP] after a second segment."""
+    if "tokens_kept" not in stats:
+        specials = 3 * stats["examples"] - stats["single_segment"]
+        stats = dict(stats, tokens_kept=stats["example_tokens"] - specials)
+        stats["tokens_cut"] = stats["tokens"] - stats["tokens_kept"]
+    return stats
 
 
 # ---------------------------------------------------------------------------------------------

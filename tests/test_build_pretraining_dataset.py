@@ -159,6 +159,29 @@ def test_official_truncation_reproduces_the_earlier_builder(tmp_path, vocab_file
     assert metadata["config"]["official_truncation"] is True
 
 
+def test_a_build_of_the_earlier_builder_resumes_with_official_truncation(tmp_path, vocab_file):
+    """Its record has no official_truncation key and its shard stats no kept/cut counts."""
+    make_corpus(tmp_path / "corpus", num_files=4, docs_per_file=10)
+    make_long_lines(tmp_path / "corpus")
+    out = tmp_path / "out"
+    fresh = build(tmp_path / "corpus", out, vocab_file, num_out_files=3, official_truncation=True)
+    state = out / ".build_state"
+    record = json.loads((state / "config.json").read_text())
+    del record["official_truncation"]
+    (state / "config.json").write_text(json.dumps(record))
+    stats_files = sorted(state.glob("pretrain_data.tfrecord-*.json"))
+    assert len(stats_files) == 3
+    for stats in stats_files:
+        values = json.loads(stats.read_text())
+        del values["tokens_kept"], values["tokens_cut"]
+        stats.write_text(json.dumps(values))
+    os.remove(out / "pretrain_data.tfrecord-1-of-3")
+    resumed = build(tmp_path / "corpus", out, vocab_file, num_out_files=3,
+                    official_truncation=True)
+    for key in ("shards", "num_tokens", "num_tokens_kept", "num_tokens_cut", "num_examples"):
+        assert resumed[key] == fresh[key], key
+
+
 def test_documents_make_separate_examples(tmp_path, vocab_file):
     corpus_dir = tmp_path / "corpus"
     corpus_dir.mkdir()
