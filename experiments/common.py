@@ -93,7 +93,8 @@ def ensure_data(work: str) -> str:
                 os.symlink(os.path.join(CORPUS, name), link)
         _run([PYTHON, "build_pretraining_dataset.py", "--corpus-dir", corpus,
               "--vocab-size", str(VOCAB_SIZE), "--output-dir", records, "--max-seq-length",
-              str(SEQ), "--num-processes", "2", "--eval-fraction", "0.02", "--no-progress"],
+              str(SEQ), "--num-processes", "2", "--eval-fraction", "0.02", "--no-progress",
+              "--official-truncation"],  # the rules the results below were measured with
              os.path.join(work, "logs", "build_data.log"))
     return data
 

@@ -67,7 +67,8 @@ def ensure_data(work: str) -> str:
     if not os.path.exists(os.path.join(records, "metadata.json")):
         common._run([common.PYTHON, "build_pretraining_dataset.py", "--corpus-dir", common.CORPUS,
                      "--vocab-size", str(VOCAB_SIZE), "--output-dir", records,
-                     "--max-seq-length", str(SEQ), "--num-processes", "2", "--no-progress"],
+                     "--max-seq-length", str(SEQ), "--num-processes", "2", "--no-progress",
+                     "--official-truncation"],  # the rules its results were measured with
                     os.path.join(work, "logs", "build_data.log"))
     return data
 

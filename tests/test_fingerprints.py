@@ -1,0 +1,69 @@
+"""Short runs of every pre-training objective and fine-tuning family compute what they computed
+when tests/data/fingerprints.json was recorded (`python tools/fingerprint.py --record`).
+
+The guard for refactoring (issue 18): moving code must not change a single number. On the
+machine that recorded the file every weight is bit-identical (tools/fingerprint.py --compare
+reports it); the test compares each weight's sum and sum of squares with a tolerance, so that
+another CPU's rounding does not fail it.
+"""
+import importlib.util
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RECORD = ROOT / "tests" / "data" / "fingerprints.json"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("fingerprint", ROOT / "tools" / "fingerprint.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _assert_close(run: str, recorded: dict, now: dict) -> None:
+    assert sorted(recorded["weights"]) == sorted(now["weights"]), run
+    for name, (total, squares) in recorded["weights"].items():
+        got = now["weights"][name]
+        assert np.isclose(got[0], total, rtol=1e-5, atol=1e-6), (run, name, "sum", got, total)
+        assert np.isclose(got[1], squares, rtol=1e-5, atol=1e-6), (run, name, "sumsq")
+    for key, value in recorded.get("eval", {}).items():
+        assert np.isclose(now["eval"][key], value, rtol=1e-4, atol=1e-5), (run, key)
+
+
+def test_pretraining_objectives_compute_what_they_did(tmp_path):
+    tool = _tool()
+    recorded = json.loads(RECORD.read_text())
+    now = tool.compact(tool.fingerprints(finetune=False))
+    runs = [r for r in recorded if r.startswith("pretrain/")]
+    assert sorted(runs) == sorted(now) and len(runs) == len(tool.PRETRAIN_VARIANTS)
+    for run in runs:
+        _assert_close(run, recorded[run], now[run])
+
+
+def test_finetuning_families_compute_what_they_did(shared_data, tmp_path):
+    os.environ.setdefault("ELECTRA_SHARED_DATA", str(shared_data))
+    tool = _tool()
+    recorded = json.loads(RECORD.read_text())
+    now = tool.compact(tool.fingerprints(pretrain=False))
+    runs = [r for r in recorded if r.startswith("finetune/")]
+    assert sorted(runs) == sorted(now) == ["finetune/chunk", "finetune/squadv1", "finetune/sst"]
+    for run in runs:
+        _assert_close(run, recorded[run], now[run])
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_the_comparison_reports_bit_identity_and_changes(changed):
+    tool = _tool()
+    weights = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    a = {"pretrain/x": {"tensors": tool.summarize(weights)}}
+    if changed:
+        weights = {"w": weights["w"] * np.float32(1.0 + 1e-3)}
+    b = {"pretrain/x": {"tensors": tool.summarize(weights)}}
+    (line,) = tool.compare(a, b)
+    assert ("bit-identical" in line) != changed
+    assert ("BEYOND rtol" in line) == changed
