@@ -49,7 +49,7 @@ ARCHITECTURE_KEYS = ("model_size", "model_hparam_overrides", "embedding_size", "
                      "debug", "electra_objective", "uniform_generator", "untied_generator",
                      "untied_generator_embeddings", "generator_hidden_size", "generator_layers",
                      "two_tower_generator",
-                     # the objectives of configure_pretraining (pretrain/objectives.py)
+                     # the objectives of configure_pretraining (pretrain/objectives/)
                      "replace_mlm", "all_tokens_mlm", "unigram_generator",
                      "adversarial_generator", "freeze_generator", "electric_objective")
 

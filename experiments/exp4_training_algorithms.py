@@ -12,7 +12,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments import common  # noqa: E402
-from pretrain import objectives  # noqa: E402
+from tools.two_stage_init import make_two_stage_init  # noqa: E402
 
 
 def models(args) -> list[tuple[str, str, dict]]:
@@ -26,7 +26,7 @@ def models(args) -> list[tuple[str, str, dict]]:
     common.pretrain(args.work_dir, stage1_name, stage1)
     init = os.path.join(data, "two_stage_init", f"{stage1_name}", "model.ckpt-0")
     if not os.path.exists(init + ".index"):
-        objectives.make_two_stage_init(os.path.join(data, "models", stage1_name), init)
+        make_two_stage_init(os.path.join(data, "models", stage1_name), init)
     stage2 = dict(stage1, electra_objective=True, freeze_generator=True,
                   generator_hidden_size=1.0, init_checkpoint=init)
     return [("ELECTRA (joint, generator 1x)", f"gen100_{steps}",

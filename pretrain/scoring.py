@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from model import modeling
 from pretrain import masking
-from pretrain import pretraining_model
+from pretrain import heads
 from pretrain import rng as rng_lib
 from util import checkpoint
 
@@ -44,7 +44,7 @@ class ReplacedTokenScorer(tf.Module):
         super().__init__(name="replaced_token_scorer")
         self.disc_config = disc_config
         self.discriminator = modeling.BertModel(disc_config, "electra")
-        self.discriminator_head = pretraining_model.DiscriminatorHead(disc_config, 0)
+        self.discriminator_head = heads.DiscriminatorHead(disc_config, 0)
         self.generator = self.generator_head = None
         if generator_config is not None:
             if generator_scope == "electra":
@@ -55,7 +55,7 @@ class ReplacedTokenScorer(tf.Module):
                 self.generator = modeling.BertModel(generator_config, generator_scope,
                                                     embeddings=shared)
             table = self.generator.embeddings.word_embeddings
-            self.generator_head = pretraining_model.GeneratorHead(
+            self.generator_head = heads.GeneratorHead(
                 generator_config.hidden_size, int(table.shape[1]), disc_config.vocab_size,
                 disc_config, 0)
 

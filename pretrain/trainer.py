@@ -27,6 +27,7 @@ from configure_pretraining import PretrainingConfig
 from model import optimization
 from pretrain import input_pipeline, masking, pretrain_metrics
 from pretrain import rng as rng_lib
+from pretrain.objectives import functions
 from pretrain.pretraining_model import Denominators, PretrainingModel
 from util import checkpoint, distribution, preemption
 
@@ -76,7 +77,8 @@ class Trainer:
                 f"{self.strategy.num_replicas_in_sync} replicas)")
         self.float16 = config.compute_dtype == "float16"
         with self.strategy.scope():
-            self.model = PretrainingModel(config, special_ids)
+            self.model = PretrainingModel(config, special_ids,
+                                          unigram_counts=_unigram_counts(config))
             self.model_vars = self.model.model_variables()
             self.trainable = [v for v in self.model_vars.values() if v.trainable]
             self.optimizer = optimization.create_optimizer(
@@ -369,3 +371,12 @@ class Trainer:
             for key, value in sums.items():
                 totals[key] = totals.get(key, 0.0) + np.asarray(value, np.float64)
         return pretrain_metrics.finalize(totals)
+
+
+def _unigram_counts(config: PretrainingConfig):
+    """Token counts on the training tfrecords, for unigram_generator (None otherwise)."""
+    if not config.unigram_generator:
+        return None
+    files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords).train
+    return functions.count_unigrams(files, config.bert_config().vocab_size,
+                                    config.max_seq_length, config.unigram_max_examples)

@@ -1,11 +1,15 @@
-"""The paper's objectives (pretrain/objectives.py and their wiring in PretrainingModel): each loss
+"""The paper's objectives (pretrain/objectives/ and their wiring in PretrainingModel): each loss
 against a small numpy reference or a behavioural property, on tiny models."""
+import importlib.util
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
-from pretrain import masking, objectives, pretrain_data
+from pretrain import masking, pretrain_data
+from pretrain.objectives import functions
 from pretrain import rng as rng_lib
 from pretrain.pretraining_model import PretrainingModel
 from util import checkpoint
@@ -39,6 +43,15 @@ def _run(model, training=False, step=1, features=None):
     masked = model.mask(features or _features(), rng)
     seed = tf.constant([1, 2], tf.int64) if training else None
     return masked, model(masked, training=training, rng=rng, dropout_seed=seed)
+
+
+def _tool(name):
+    """A module of tools/ (scripts, not a package)."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _sigmoid_xent(logit, label):
@@ -137,14 +150,14 @@ def test_copy_mechanism_nll_matches_numpy():
     copy = rs.randn(2, 5).astype(np.float32)
     inputs = rs.randint(0, 7, [2, 5]).astype(np.int32)
     targets = np.where(rs.rand(2, 5) < 0.5, inputs, rs.randint(0, 7, [2, 5])).astype(np.int32)
-    got = objectives.copy_mechanism_nll(tf.constant(logits), tf.constant(copy),
+    got = functions.copy_mechanism_nll(tf.constant(logits), tf.constant(copy),
                                         tf.constant(inputs), tf.constant(targets)).numpy()
     softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     d = 1 / (1 + np.exp(-copy))
     p_target = np.take_along_axis(softmax, targets[..., None], -1)[..., 0]
     expected = -np.log(d * (inputs == targets) + (1 - d) * p_target)
     np.testing.assert_allclose(got, expected, rtol=1e-5)
-    preds = objectives.copy_mechanism_predictions(tf.constant(logits), tf.constant(100 + copy),
+    preds = functions.copy_mechanism_predictions(tf.constant(logits), tf.constant(100 + copy),
                                                   tf.constant(inputs)).numpy()
     np.testing.assert_array_equal(preds, inputs)  # certain copying predicts the input
 
@@ -176,9 +189,9 @@ def test_unigram_counts_from_tfrecords_and_sampling(tmp_path):
             tokens + [0] * (L - n), [1] * n + [0] * (L - n), [0] * L))
     path = str(tmp_path / "pretrain_data.tfrecord-0-of-1")
     pretrain_data.write_examples(path, rows)
-    counts = objectives.count_unigrams([path], V, L)
+    counts = functions.count_unigrams([path], V, L)
     np.testing.assert_array_equal(counts, expected)
-    logits = objectives.unigram_logits(counts, SPECIAL)
+    logits = functions.unigram_logits(counts, SPECIAL)
     probs = np.exp(logits)
     assert probs[list(SPECIAL)].max() < 1e-30  # special tokens are never sampled
     np.testing.assert_allclose(probs.sum(), 1.0, rtol=1e-5)
@@ -202,7 +215,7 @@ def test_reinforce_losses_match_numpy_and_gradient():
     w = np.array([[1, 1, 0], [1, 1, 1]], np.float32)
     with tf.GradientTape() as tape:
         tape.watch(logp)
-        policy, base = objectives.reinforce_losses(logp, tf.constant(rewards), tf.constant(z),
+        policy, base = functions.reinforce_losses(logp, tf.constant(rewards), tf.constant(z),
                                                    tf.constant(w), tf.constant(w.sum()))
     b = -np.log(1 / (1 + np.exp(-z)))
     np.testing.assert_allclose(float(policy),
@@ -232,7 +245,7 @@ def test_two_stage_init_and_frozen_generator(tmp_path):
     prefix = str(tmp_path / "stage1" / "model.ckpt-1")
     checkpoint.save_tensors(prefix, {k: v.numpy() for k, v in stage1.model_variables().items()})
     out_prefix = str(tmp_path / "stage2_init" / "model.ckpt-0")
-    objectives.make_two_stage_init(prefix, out_prefix)
+    _tool("two_stage_init").make_two_stage_init(prefix, out_prefix)
     stage2 = PretrainingModel(_config(freeze_generator=True, generator_hidden_size=1.0,
                                       seed=5), SPECIAL)
     report = checkpoint.restore(stage2.model_variables(), out_prefix, allow_missing=True)
@@ -258,7 +271,7 @@ def test_directional_towers_and_cloze_never_see_their_own_token():
                                      electra_objective=False), SPECIAL)
     feats = _features(batch=1, seed=4)
     ids = feats["input_ids"].numpy()
-    tower = model.two_tower
+    tower = model.generator.towers
     base = tower.ltr(feats["input_ids"], feats["input_mask"], feats["segment_ids"],
                      training=False).sequence_output.numpy()
     changed = ids.copy()
@@ -283,7 +296,7 @@ def test_electric_logits_match_numpy():
     cloze = rs.randn(2, 4, 6).astype(np.float32)
     ids = rs.randint(0, 6, [2, 4]).astype(np.int32)
     log_q = cloze - np.log(np.exp(cloze).sum(-1, keepdims=True))
-    got = objectives.electric_logits(tf.constant(disc), tf.constant(log_q), tf.constant(ids), 0.15)
+    got = functions.electric_logits(tf.constant(disc), tf.constant(log_q), tf.constant(ids), 0.15)
     expected = disc + np.take_along_axis(log_q, ids[..., None], -1)[..., 0] + np.log(0.15 / 0.85)
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5)
 
@@ -294,13 +307,13 @@ def test_appendix_g_score_and_eval():
     p_g = np.array([0.5, 0.3, 0.2], np.float32)
     d = np.array([0.2, 0.9, 0.5], np.float32)
     a = 0.85 / 0.15
-    got = objectives.electra_mlm_scores(tf.constant(np.log(p_g)), tf.constant(d), 0.15).numpy()
+    got = functions.electra_mlm_scores(tf.constant(np.log(p_g)), tf.constant(d), 0.15).numpy()
     np.testing.assert_allclose(got, d * p_g / (a * (1 - d) + p_g), rtol=1e-5)
     assert np.argmax(got) == 1  # D's confidence overrides the generator's first choice
     model = PretrainingModel(_config(), SPECIAL)
     rng = rng_lib.ExampleRng(0, tf.constant(-1, tf.int64))
     masked = model.mask(_features(), rng)
-    sums = objectives.electra_as_mlm(model, masked, top_k=V, chunk=13)
+    sums = _tool("electra_as_mlm").electra_as_mlm(model, masked, top_k=V, chunk=13)
     assert sums["weight"] > 0
     assert sums["in_top_k"] == sums["weight"]  # all V tokens are candidates
     assert 0 <= sums["electra_correct"] <= sums["weight"]

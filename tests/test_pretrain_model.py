@@ -47,7 +47,7 @@ def test_official_variable_names_and_one_shared_embedding_table():
     assert not any(n.startswith("generator/embeddings/") for n in names)
     # Generator hidden 16 = embedding size 16: no projection (the discriminator, 32, has one).
     assert "generator/embeddings_project/kernel" not in names
-    assert model.generator_encoder.embeddings is model.discriminator_encoder.embeddings
+    assert model.generator.encoder.embeddings is model.discriminator_encoder.embeddings
     tables = [v for v in model.model_variables().values() if "word_embeddings" in v.name]
     assert len(tables) == 1
     gen = model.generator_config
@@ -60,7 +60,7 @@ def test_untied_embeddings_and_fully_tied_generator():
     assert untied.model_variables()["generator/embeddings/word_embeddings"].shape == [32, 16]
     assert "generator/embeddings_project/kernel" not in names  # embedding size = hidden size
     tied = make_model(untied_generator=False)
-    assert tied.generator_encoder is tied.discriminator_encoder
+    assert tied.generator.encoder is tied.discriminator_encoder
     assert not any(n.startswith("generator/") for n in tied.model_variables())
     assert tied.model_variables()["generator_predictions/dense/kernel"].shape == [32, 16]
     _, out = run(tied, make_batch())
@@ -86,7 +86,7 @@ def test_labels_and_losses_match_a_numpy_reference():
     np.testing.assert_array_equal(out.disc_labels.numpy(), expected_labels)
 
     # Generator loss from the logits.
-    logits = model._generator_logits(masked, False, None).numpy().astype(np.float64)
+    logits = model.generator(masked, training=False).logits.numpy().astype(np.float64)
     log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(
         -1, keepdims=True)) - logits.max(-1, keepdims=True)
     label_lp = np.take_along_axis(log_probs, masked.masked_lm_ids.numpy()[..., None], -1)[..., 0]
@@ -96,7 +96,7 @@ def test_labels_and_losses_match_a_numpy_reference():
     # Discriminator loss from its logits on the fake ids.
     enc = model.discriminator_encoder(tf.constant(fake), features["input_mask"],
                                       features["segment_ids"], training=False)
-    z = model.discriminator_head(enc.sequence_output).numpy().astype(np.float64)
+    z = model.objective.head(enc.sequence_output).numpy().astype(np.float64)
     y = expected_labels
     m = features["input_mask"].numpy()
     xent = np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
@@ -145,7 +145,7 @@ def test_mlm_only_objective():
     model = make_model(electra_objective=False)
     names = set(model.model_variables())
     assert not any(n.startswith(("generator/", "discriminator_predictions/")) for n in names)
-    assert model.generator_encoder is model.discriminator_encoder
+    assert model.generator.encoder is model.discriminator_encoder
     masked, out = run(model, make_batch())
     assert out.disc_probs is None and out.sampled_ids is None
     np.testing.assert_allclose(out.total_loss.numpy(), out.mlm_loss.numpy())

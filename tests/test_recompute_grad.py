@@ -99,7 +99,8 @@ def test_electric_trains_with_recompute_and_reports_discriminator_metrics(data_d
     recomputed, recomputed_weights = _two_steps(data_dir, recompute_grad=True, **overrides)
     trainer = Trainer(PretrainingConfig.from_hparams(
         "m", str(data_dir), fx.tiny_hparams(recompute_grad=True, **overrides)), SPECIAL)
-    assert trainer.model.two_tower.ltr.recompute_grad and trainer.model.two_tower.rtl.recompute_grad
+    towers = trainer.model.generator.towers
+    assert towers.ltr.recompute_grad and towers.rtl.recompute_grad
     assert {"disc_loss", "disc_accuracy"} <= set(plain)
     assert np.isfinite(plain["disc_loss"]) and 0.0 < plain["disc_accuracy"] <= 1.0
     assert recomputed["loss"] == pytest.approx(plain["loss"], rel=1e-5)

@@ -17,12 +17,60 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from configure_pretraining import PretrainingConfig  # noqa: E402
-from pretrain import input_pipeline, objectives  # noqa: E402
+from pretrain import input_pipeline, masking  # noqa: E402
 from pretrain import rng as rng_lib  # noqa: E402
 from pretrain.masking import SpecialIds  # noqa: E402
+from pretrain.objectives import functions  # noqa: E402
 from pretrain.pretraining_model import PretrainingModel  # noqa: E402
 from model import tokenization  # noqa: E402
 from util import checkpoint, io_utils  # noqa: E402
+
+
+def electra_as_mlm(model, masked: masking.MaskedInputs, top_k: int = 100,
+                   chunk: int = 10) -> dict:
+    """Appendix G on one batch: the generator's and ELECTRA's masked-LM predictions.
+
+    model: a PretrainingModel with a learned generator and a discriminator; masked: the eval
+    masking. For each of the generator's top-k candidates (rank r), every masked position gets
+    its rank-r candidate and the discriminator scores it -- the paper's simplifying assumption
+    (Appendix F) that D's output at t depends only on x_t and the unmasked tokens. ELECTRA's
+    prediction is the candidate with the best Appendix-G score. Returns float sums:
+    weight, generator_correct, electra_correct, in_top_k (original among the candidates).
+    """
+    logits = model.generator(masked, training=False).logits
+    log_probs = tf.nn.log_softmax(logits)
+    top_log_probs, candidates = tf.math.top_k(log_probs, k=top_k)  # [B, N, K]
+    original = masking.unmask(masked)
+    positions = masked.masked_lm_positions
+    real_probs = []
+    for start in range(0, top_k, chunk):
+        ranks = list(range(start, min(top_k, start + chunk)))
+        fakes = tf.concat([masking.scatter_update(original, candidates[:, :, r], positions)[0]
+                           for r in ranks], 0)  # [len(ranks) * B, L]
+        times = len(ranks)
+        encoded = model.discriminator_encoder(fakes, tf.tile(masked.input_mask, [times, 1]),
+                                              tf.tile(masked.segment_ids, [times, 1]),
+                                              training=False)
+        replaced_logits = model.objective.head(encoded.sequence_output)
+        at_positions = masking.gather_positions(replaced_logits,
+                                                tf.tile(positions, [times, 1]))
+        for part in tf.split(at_positions, times, 0):
+            real_probs.append(tf.sigmoid(-part))  # P(original) = 1 - P(replaced)
+    real_probs = tf.stack(real_probs, -1)  # [B, N, K]
+    scores = functions.electra_mlm_scores(top_log_probs, real_probs, model.config.mask_prob)
+    electra_pred = tf.gather(candidates, tf.argmax(scores, -1, output_type=tf.int32),
+                             batch_dims=2)
+    gen_pred = candidates[:, :, 0]
+    w = masked.masked_lm_weights
+    ids = masked.masked_lm_ids
+
+    def hits(pred):
+        return float(tf.reduce_sum(w * tf.cast(tf.equal(pred, ids), tf.float32)))
+
+    in_top = tf.reduce_any(tf.equal(candidates, ids[..., tf.newaxis]), -1)
+    return {"weight": float(tf.reduce_sum(w)), "generator_correct": hits(gen_pred),
+            "electra_correct": hits(electra_pred),
+            "in_top_k": float(tf.reduce_sum(w * tf.cast(in_top, tf.float32)))}
 
 
 def evaluate(model_dir: str, batches: int, top_k: int, batch_size: int = 64) -> dict:
@@ -46,7 +94,7 @@ def evaluate(model_dir: str, batches: int, top_k: int, batch_size: int = 64) -> 
         rng = rng_lib.ExampleRng(config.seed, tf.constant(-1 - i, tf.int64), 0)
         masked = model.mask({k: features[k] for k in ("input_ids", "input_mask",
                                                       "segment_ids")}, rng)
-        for key, value in objectives.electra_as_mlm(model, masked, top_k).items():
+        for key, value in electra_as_mlm(model, masked, top_k).items():
             totals[key] = totals.get(key, 0.0) + value
     w = max(totals["weight"], 1e-9)
     return {"checkpoint": report.path, "masked_tokens": int(totals["weight"]), "top_k": top_k,

@@ -19,7 +19,27 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pretrain import objectives  # noqa: E402
+from util import checkpoint  # noqa: E402
+
+
+def make_two_stage_init(stage1_checkpoint: str, output_prefix: str) -> list[str]:
+    """Two-stage training, stage 2: a checkpoint whose discriminator AND generator are the
+    stage-1 masked LM (same size): `electra/*` stays, `generator/*` gets copies of every
+    `electra/` weight (embeddings included: the frozen generator has its own copy), the
+    generator_predictions head stays. Returns the written variable names."""
+    values = checkpoint.read_all(checkpoint.resolve(stage1_checkpoint))
+    out = {}
+    for name, value in values.items():
+        if name.startswith(("electra/", "generator_predictions/")):
+            out[name] = value
+            if name.startswith("electra/"):
+                out["generator/" + name[len("electra/"):]] = value
+    if not any(n.startswith("generator_predictions/") for n in out):
+        raise ValueError(f"{stage1_checkpoint} has no generator_predictions/ head: is it a "
+                         "masked-LM (electra_objective false) checkpoint?")
+    checkpoint.save_tensors(output_prefix, out)
+    return sorted(out)
+
 
 
 def main() -> int:
@@ -28,7 +48,7 @@ def main() -> int:
     parser.add_argument("output_prefix", help="checkpoint prefix to write, e.g. DIR/model.ckpt-0")
     args = parser.parse_args()
     try:
-        names = objectives.make_two_stage_init(args.stage1, args.output_prefix)
+        names = make_two_stage_init(args.stage1, args.output_prefix)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
