@@ -9,7 +9,6 @@ import zlib
 
 import tensorflow as tf
 
-from util.checkpoint import checkpoint_name  # noqa: F401 (re-exported for model code)
 
 # Stateless RNG algorithm pinned: under XLA the default algorithm is ~100x slower on CPU.
 RNG_ALG = "philox"

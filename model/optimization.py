@@ -16,6 +16,8 @@ from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from util.checkpoint import checkpoint_name
+
 # Substrings (regular expressions, searched as the official code does) of variable names that get no
 # weight decay: LayerNorm scales/offsets and every bias (this includes `output_bias`).
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
@@ -26,13 +28,6 @@ DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 _AGGREGATION = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
 LearningRate = Union[float, Callable[[tf.Tensor], tf.Tensor]]
-
-
-def variable_name(name_or_variable: Union[str, tf.Variable]) -> str:
-    """The checkpoint name of a variable: its `.name` without the ":0" suffix."""
-    name = name_or_variable if isinstance(name_or_variable, str) else name_or_variable.name
-    match = re.match(r"^(.*):\d+$", name)
-    return match.group(1) if match else name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -174,7 +169,7 @@ def layerwise_lr_multipliers(
     multipliers = {}
     unmatched = []
     for item in variable_names:
-        name = variable_name(item)
+        name = checkpoint_name(item)
         keys = [key for key in depths if key in name]
         if not keys:
             unmatched.append(name)
@@ -304,7 +299,7 @@ class AdamWeightDecay(tf.Module):
         """
         if self.built:
             raise ValueError(f"{self.name} is already built for {len(self._slots)} variables.")
-        names = [variable_name(v) for v in variables]
+        names = [checkpoint_name(v) for v in variables]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(
@@ -334,7 +329,7 @@ class AdamWeightDecay(tf.Module):
 
     def get_slot(self, var: Union[str, tf.Variable], slot: str) -> tf.Variable:
         """The "adam_m" or "adam_v" slot of a built variable."""
-        m, v = self._slots[variable_name(var)]
+        m, v = self._slots[checkpoint_name(var)]
         return {"adam_m": m, "adam_v": v}[slot]
 
     # -- learning rate --------------------------------------------------------------------------
@@ -378,7 +373,7 @@ class AdamWeightDecay(tf.Module):
             self.build(variables)
         pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
         for _, var in pairs:
-            name = variable_name(var)
+            name = checkpoint_name(var)
             if self._built_for.get(name) != var.ref():
                 raise ValueError(
                     f"{self.name} was not built for variable {name!r}; pass every trained "
@@ -402,7 +397,7 @@ class AdamWeightDecay(tf.Module):
             correction_2 = 1.0 - tf.pow(self.beta_2, t)
 
         for grad, (_, var) in zip(clipped, pairs):
-            name = variable_name(var)
+            name = checkpoint_name(var)
             m, v = self._slots[name]
             grad = tf.cast(tf.convert_to_tensor(grad), tf.float32)  # densifies IndexedSlices
             param = tf.cast(var, tf.float32)

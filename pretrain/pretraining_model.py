@@ -25,9 +25,6 @@ from pretrain import rng as rng_lib
 from pretrain.objectives import ReplacedTokenDetection, build_objective
 from pretrain.objectives.base import Corrupted, Denominators, PretrainingOutput, Step, masked_lm
 
-__all__ = ["PretrainingModel", "PretrainingOutput", "Denominators"]
-
-
 class PretrainingModel(tf.Module):
     """The discriminator encoder `electra/`, a generator and an objective, built from a config.
 

@@ -28,7 +28,8 @@ from model import optimization
 from pretrain import input_pipeline, masking, pretrain_metrics
 from pretrain import rng as rng_lib
 from pretrain.objectives import functions
-from pretrain.pretraining_model import Denominators, PretrainingModel
+from pretrain.objectives.base import Denominators
+from pretrain.pretraining_model import PretrainingModel
 from util import checkpoint, distribution, preemption
 
 log = logging.getLogger(__name__)

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from model import optimization
+from util import checkpoint
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -243,7 +244,7 @@ def test_one_step_hand_computed():
 def test_steps_match_numpy_reference(bias_correction, num_steps):
     variables = make_variables()
     initial = [v.numpy() for v in variables]
-    names = [optimization.variable_name(v) for v in variables]
+    names = [checkpoint.checkpoint_name(v) for v in variables]
     multipliers = dict(zip(names, [1.0, 0.5, 0.25]))
     lr_fn = lambda step: optimization.learning_rate_schedule(step, 0.1, 10, num_warmup_steps=2)
     opt = optimization.AdamWeightDecay(
@@ -336,7 +337,7 @@ def test_build_errors():
 def run_two_steps(mode, bias_correction):
     """Two updates with a schedule and multipliers in eager, tf.function or XLA mode."""
     variables = make_variables()
-    names = [optimization.variable_name(v) for v in variables]
+    names = [checkpoint.checkpoint_name(v) for v in variables]
     opt = optimization.AdamWeightDecay(
         lambda step: optimization.learning_rate_schedule(
             step, 0.1, 10, num_warmup_steps=1, decay_after_warmup=True),
@@ -389,7 +390,7 @@ def test_create_optimizer_layerwise():
     assert opt.built
     # Corrected, 1 layer: embeddings 0.8^2, layer_0 (top) 0.8, heads 1.
     np.testing.assert_allclose(
-        [opt.lr_multipliers[optimization.variable_name(v)] for v in variables], [0.64, 0.8, 1.0])
+        [opt.lr_multipliers[checkpoint.checkpoint_name(v)] for v in variables], [0.64, 0.8, 1.0])
     # Official schedule at step 5 of 10 warm-up steps: 1e-3 * 0.95 * 0.5.
     np.testing.assert_allclose(opt.learning_rate(tf.constant(5, tf.int64)).numpy(), 4.75e-4)
     with pytest.raises(ValueError, match="num_layers is required"):
@@ -443,7 +444,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
 def test_mirrored_strategy_replica_context(tmp_path):
     """apply inside strategy.run (tf.function, 2 replicas) equals the single-device result."""
     variables = make_variables()
-    init = [[optimization.variable_name(v), v.numpy().tolist()] for v in variables]
+    init = [[checkpoint.checkpoint_name(v), v.numpy().tolist()] for v in variables]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run(
         [sys.executable, "-c", DISTRIBUTED_SCRIPT, json.dumps(GRADS_STEP_1), json.dumps(init)],

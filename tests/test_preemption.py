@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -117,6 +118,37 @@ def test_a_signal_becomes_a_stop_request_and_handlers_are_restored(caplog):
     assert "SIGTERM received again" in caplog.text
     assert preemption.active() is None and not preemption.requested()
     assert {s: signal.getsignal(s) for s in preemption.SIGNALS} == before
+
+
+def test_a_signal_while_a_function_is_traced_neither_deadlocks_nor_enters_the_graph():
+    """The handler runs in the main thread between bytecodes, also in the middle of tracing a
+    tf.function; it used to assign the flag there, inside the graph being built, and deadlock
+    on the graph's lock (a run signalled while tracing its training loop hung for good)."""
+    script = textwrap.dedent("""
+        import signal, sys, time
+        import tensorflow as tf
+        from util import preemption
+        with preemption.install() as guard:
+            flag = guard.flag()
+
+            @tf.function
+            def step(x):
+                y = x * 2.0
+                guard._handler(signal.SIGTERM, None)  # the signal lands mid-trace
+                return y + 1.0
+
+            assert float(step(tf.constant(1.0))) == 3.0
+            graph = step.get_concrete_function(tf.constant(1.0)).graph
+            assert not [op for op in graph.get_operations() if "Assign" in op.type]
+            end = time.time() + 10
+            while not bool(flag.numpy()) and time.time() < end:
+                time.sleep(0.01)
+            assert guard.requested and bool(flag.numpy())
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
 def test_deadline():

@@ -41,10 +41,10 @@ def check_path(path: str, what: str = "checkpoint path") -> None:
                          "without '['")
 
 
-def checkpoint_name(variable: tf.Variable) -> str:
-    """The name a variable is saved under: its tf name without the ':0' suffix."""
-    name = variable.name
-    return name[:-2] if name.endswith(":0") else name
+def checkpoint_name(variable: "tf.Variable | str") -> str:
+    """The name a variable is saved under: its tf name (or a name) without the ':0' suffix."""
+    name = variable if isinstance(variable, str) else variable.name
+    return re.sub(r":\d+$", "", name)
 
 
 def _files_of(prefix: str) -> list[str]:

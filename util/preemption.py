@@ -81,16 +81,25 @@ class PreemptionGuard:
             if first:
                 self.signal_name, self.signal_time = name, time.monotonic()
                 self._event.set()
-                if self._flag is not None:
-                    self._flag.assign(True)
-        if first:
-            log.warning("%s received: stopping at the next step boundary to save a checkpoint "
-                        "(exit status %d: re-run the same command to resume)", name,
-                        EXIT_PREEMPTED)
+            flag = self._flag
+        if not first:
+            return
+        if flag is not None:
+            if threading.current_thread() is threading.main_thread():
+                # The handler can run in the middle of tracing a tf.function: an assign here
+                # would enter the graph being built (and deadlock on its lock). Another thread
+                # has no graph of its own in progress.
+                threading.Thread(target=flag.assign, args=(True,), daemon=True,
+                                 name="preemption-flag").start()
+            else:
+                flag.assign(True)
+        log.warning("%s received: stopping at the next step boundary to save a checkpoint "
+                    "(exit status %d: re-run the same command to resume)", name, EXIT_PREEMPTED)
 
     def _handler(self, signum, frame) -> None:
-        # Runs late (when the main thread leaves TensorFlow); the watcher has usually seen the
-        # signal already. Its only jobs: not to kill the process, and to cover a lost wakeup.
+        # Runs late (when the main thread leaves TensorFlow's C++ code, possibly mid-tracing);
+        # the watcher has usually seen the signal already. Its only jobs: not to kill the
+        # process, and to cover a lost wakeup.
         self.request(signum)
 
     def _watch(self, reader: socket.socket) -> None:
