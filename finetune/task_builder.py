@@ -30,21 +30,11 @@ TASKS: dict[str, str] = {
     "chunk": "finetune.tagging.tagging_tasks:Chunking",
 }
 _QA = "finetune.qa.qa_tasks"
-TASKS.update({
-    "squad": f"{_QA}:SQuAD",
-    "squadv1": f"{_QA}:SQuADv1",
-    "newsqa": f"{_QA}:NewsQA",
-    "naturalqs": f"{_QA}:NaturalQuestions",
-    "triviaqa": f"{_QA}:TriviaQA",
-    "searchqa": f"{_QA}:SearchQA",
-    "hotpotqa": f"{_QA}:HotpotQA",
-    "textbookqa": f"{_QA}:TextbookQA",
-    "bioasq": f"{_QA}:BioASQ",
-    "drop": f"{_QA}:DROP",
-    "duorc": f"{_QA}:DuoRC",
-    "race": f"{_QA}:RACE",
-    "relationextraction": f"{_QA}:RelationExtraction",
-})
+# configure_finetuning.QA_TASKS names them all (it sets their sequence length and epochs); the
+# MRQA datasets share one class, constructed with the task's name.
+TASKS.update({"squad": f"{_QA}:SQuAD", "squadv1": f"{_QA}:SQuADv1"})
+TASKS.update({name: f"{_QA}:MRQATask" for name in configure_finetuning.QA_TASKS
+              if name not in TASKS})
 
 
 _CUSTOM = "finetune.classification.custom_tasks"
@@ -110,7 +100,11 @@ def get_task(config: configure_finetuning.FinetuningConfig, task_name: str,
              tokenizer) -> task_lib.Task:
     spec = config.custom_task_specs().get(task_name)
     cls = task_class(task_name, config)
-    return cls(config, tokenizer, spec) if spec is not None else cls(config, tokenizer)
+    if spec is not None:
+        return cls(config, tokenizer, spec)
+    if TASKS[task_name].endswith(":MRQATask"):
+        return cls(config, tokenizer, task_name)
+    return cls(config, tokenizer)
 
 
 def get_tasks(config: configure_finetuning.FinetuningConfig, tokenizer=None) -> list[task_lib.Task]:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from model import layers
+from util import io_utils
 from util.hparams import HParamError
 
 COMPUTE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
@@ -57,7 +58,6 @@ class BertConfig:
 
     @classmethod
     def from_json_file(cls, path: str) -> "BertConfig":
-        from util import io_utils
         return cls.from_dict(io_utils.read_json(path), where=path)
 
     def to_dict(self) -> dict:

@@ -24,6 +24,7 @@ from pretrain import generators, masking
 from pretrain import rng as rng_lib
 from pretrain.objectives import ReplacedTokenDetection, build_objective
 from pretrain.objectives.base import Corrupted, Denominators, PretrainingOutput, Step, masked_lm
+from util import checkpoint
 
 class PretrainingModel(tf.Module):
     """The discriminator encoder `electra/`, a generator and an objective, built from a config.
@@ -110,7 +111,6 @@ class PretrainingModel(tf.Module):
 
     def model_variables(self) -> dict[str, tf.Variable]:
         """name -> variable, each shared variable once (under its owner's name)."""
-        from util import checkpoint
         unique, seen = [], set()
         for v in self.variables:
             if v.ref() not in seen:

@@ -246,54 +246,11 @@ class CustomQA(QATask):
 
 
 class MRQATask(QATask):
-    """An MRQA 2019 shared-task dataset (JSONL, scored with the MRQA evaluation)."""
+    """An MRQA 2019 shared-task dataset (JSONL, scored with the MRQA evaluation), one task per
+    MRQA name of configure_finetuning.QA_TASKS (registered in task_builder.py)."""
     is_mrqa = True
     extensions = (".jsonl", ".jsonl.gz", ".json")
-    task_name = ""
 
-    def __init__(self, config, tokenizer):
-        super().__init__(config, self.task_name, tokenizer)
+    def __init__(self, config, tokenizer, name: str):
+        super().__init__(config, name, tokenizer)
 
-
-class NewsQA(MRQATask):
-    task_name = "newsqa"
-
-
-class NaturalQuestions(MRQATask):
-    task_name = "naturalqs"
-
-
-class TriviaQA(MRQATask):
-    task_name = "triviaqa"
-
-
-class SearchQA(MRQATask):
-    task_name = "searchqa"
-
-
-class HotpotQA(MRQATask):
-    task_name = "hotpotqa"
-
-
-class TextbookQA(MRQATask):
-    task_name = "textbookqa"
-
-
-class BioASQ(MRQATask):
-    task_name = "bioasq"
-
-
-class DROP(MRQATask):
-    task_name = "drop"
-
-
-class DuoRC(MRQATask):
-    task_name = "duorc"
-
-
-class RACE(MRQATask):
-    task_name = "race"
-
-
-class RelationExtraction(MRQATask):
-    task_name = "relationextraction"
