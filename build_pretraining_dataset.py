@@ -16,7 +16,7 @@ import argparse
 import sys
 import textwrap
 
-from pretrain import corpus, dataset_builder
+from pretrain.builder import corpus, dataset_builder
 from util import training_utils
 
 _TRUE = {"true", "t", "yes", "y", "1", "on"}

@@ -75,7 +75,7 @@ class _ReferenceAdapter:
 
 def child_build(kind: str, processes: int, corpus_dir: str, vocab: str, output_dir: str) -> dict:
     import tensorflow  # noqa: F401  (imported before the clock starts)
-    from pretrain import dataset_builder, example_builder
+    from pretrain.builder import dataset_builder, example_builder
 
     settings = dict(corpus_dir=corpus_dir, output_dir=output_dir, num_processes=processes,
                     num_out_files=8, eval_fraction=0.0, show_progress=False,

@@ -125,7 +125,7 @@ def measure_input_pipeline(files: list[str], batch: int, seq: int, batches: int 
 
 def run_curve(args, work: str) -> list[dict]:
     """A short run on real text: float32, bfloat16 (same seed) and float32 with another seed."""
-    from pretrain import dataset_builder
+    from pretrain.builder import dataset_builder
     corpus = os.path.join(common.SHARED, "data", "pretrain_corpus")
     vocab = os.path.join(common.SHARED, "data", "vocab", "bert-uncased-vocab.txt")
     if not os.path.isdir(corpus):

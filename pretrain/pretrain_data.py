@@ -8,7 +8,7 @@ the other:
     input_mask   1 on real tokens, 0 on padding
     segment_ids  0 for [CLS] A [SEP], 1 for B [SEP], 0 on padding
 
-`serialize_example` writes the protobuf bytes directly and pretrain/tfrecord_writer.py frames
+`serialize_example` writes the protobuf bytes directly and pretrain/builder/tfrecord_writer.py frames
 them, so building data never imports TensorFlow (tests check the bytes parse to the same
 tf.train.Example, and the files equal tf.io.TFRecordWriter's byte for byte).
 `parse_pretrain_example(s)` read them back as int32 tensors (TPUs and our model want int32).
@@ -141,7 +141,7 @@ def serialize_unpadded(tokens: Sequence[int], num_first: int, max_seq_length: in
 
 def write_examples(path: str, serialized: Sequence[bytes]) -> None:
     """Writes serialized examples to a TFRecord file (directly; callers handle atomicity)."""
-    from pretrain import tfrecord_writer
+    from pretrain.builder import tfrecord_writer
 
     with tfrecord_writer.TFRecordWriter(path) as writer:
         for record in serialized:

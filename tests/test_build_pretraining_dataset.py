@@ -11,7 +11,8 @@ import pytest
 
 import build_pretraining_dataset
 from model import tokenization
-from pretrain import dataset_builder, pretrain_data
+from pretrain import pretrain_data
+from pretrain.builder import dataset_builder
 
 WORDS = [f"w{i}" for i in range(300)]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "cafe", "\u535a"] + WORDS

@@ -8,7 +8,8 @@ import tarfile
 
 import pytest
 
-from pretrain import corpus, example_builder, pretrain_data
+from pretrain import pretrain_data
+from pretrain.builder import corpus, example_builder
 
 CLS, SEP = 1, 2
 
@@ -212,7 +213,7 @@ def test_serialized_bytes_match_tensorflow():
 def test_tfrecord_writer_matches_tensorflow(tmp_path):
     import tensorflow as tf
 
-    from pretrain import tfrecord_writer
+    from pretrain.builder import tfrecord_writer
 
     crc = tfrecord_writer.Crc32c()
     assert crc(b"123456789") == 0xE3069283  # the CRC-32C check value

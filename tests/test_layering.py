@@ -39,6 +39,29 @@ def test_dependencies_point_one_way():
     assert not violations, "\n".join(violations)
 
 
+def test_offline_data_building_stays_apart_from_training():
+    """pretrain/builder/ (corpus -> tfrecords) and the training code of pretrain/ meet only in the
+    record schema, pretrain/pretrain_data.py."""
+    def pretrain_imports(path):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pretrain"):
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        return names
+
+    builder = ROOT / "pretrain" / "builder"
+    for path in builder.glob("*.py"):
+        for name in pretrain_imports(path):
+            assert name.startswith("pretrain.builder") or name == "pretrain.pretrain_data", \
+                f"{path.relative_to(ROOT)} imports {name}"
+    for path in (ROOT / "pretrain").glob("*.py"):
+        allowed = {"pretrain.builder.tfrecord_writer"} if path.name == "pretrain_data.py" else set()
+        for name in pretrain_imports(path):
+            assert not name.startswith("pretrain.builder") or name in allowed, \
+                f"{path.relative_to(ROOT)} imports {name}"
+
+
 def test_no_keras_and_no_pickle():
     offenders = []
     for path in ROOT.rglob("*.py"):

@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from pretrain.sentences import split_sentences
+from pretrain.builder.sentences import split_sentences
 
 
 @pytest.mark.parametrize("text, expected", [

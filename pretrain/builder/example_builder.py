@@ -30,7 +30,8 @@ import time
 from typing import Callable, NamedTuple
 
 from model import tokenization
-from pretrain import corpus, pretrain_data, sentences, tfrecord_writer
+from pretrain import pretrain_data
+from pretrain.builder import corpus, sentences, tfrecord_writer
 from util import io_utils
 
 SINGLE_SEGMENT_PROB = 0.1     # official: "small chance to only have one segment"

@@ -26,7 +26,8 @@ import time
 from typing import Callable, Iterator
 
 from model import tokenization
-from pretrain import corpus, example_builder, pretrain_data
+from pretrain import pretrain_data
+from pretrain.builder import corpus, example_builder
 from util import io_utils, training_utils
 
 TARGET_SHARD_BYTES = 32 << 20   # auto shard count: about this much text per shard ...
