@@ -13,6 +13,7 @@ import build_pretraining_dataset
 from model import tokenization
 from pretrain import pretrain_data
 from pretrain.builder import dataset_builder
+from util import io_utils
 
 WORDS = [f"w{i}" for i in range(300)]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "cafe", "\u535a"] + WORDS
@@ -147,7 +148,7 @@ def test_official_truncation_reproduces_the_earlier_builder(tmp_path, vocab_file
     metadata = build(tmp_path / "corpus", tmp_path / "out", vocab_file, num_out_files=2,
                      official_truncation=True)
     # The shards the builder wrote before --official-truncation existed (commit efaeca6).
-    assert {name: dataset_builder.sha256_file(str(tmp_path / "out" / name))
+    assert {name: io_utils.sha256_file(str(tmp_path / "out" / name))
             for name in metadata["shards"]} == {
         "pretrain_data.tfrecord-0-of-2":
             "e3267f3adab5eb9a48333161df96f734533a243b80bcfede5dde49feb17fcb1f",
@@ -284,7 +285,7 @@ def test_metadata_records_the_build(tmp_path, vocab_file):
     assert on_disk == metadata
     assert metadata["format_version"] == pretrain_data.FORMAT_VERSION
     assert metadata["vocab_file"] == os.path.abspath(vocab_file)
-    assert metadata["vocab_sha256"] == dataset_builder.sha256_file(vocab_file)
+    assert metadata["vocab_sha256"] == io_utils.sha256_file(vocab_file)
     assert (metadata["tokenizer"], metadata["do_lower_case"], metadata["strip_accents"]) == (
         "wordpiece", True, True)
     assert (metadata["max_seq_length"], metadata["seed"], metadata["num_out_files"]) == (32, 3, 2)

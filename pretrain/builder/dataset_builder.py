@@ -151,14 +151,6 @@ def corpus_fingerprint(files: list[corpus.InputFile]) -> str:
     return digest.hexdigest()
 
 
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # ---------------------------------------------------------------------------------------------
 # The output directory: what is there, and does it belong to this configuration?
 
@@ -338,7 +330,7 @@ def _settings_record(cfg: BuildConfig, files: list[corpus.InputFile], num_shards
         vocab_path = cfg.vocab_file or cfg.spm_model
         if not os.path.isfile(vocab_path):
             raise BuildError(f"vocabulary {vocab_path} does not exist")
-        vocab_id = {"sha256": sha256_file(vocab_path)}
+        vocab_id = {"sha256": io_utils.sha256_file(vocab_path)}
     strip_accents = cfg.lower_case if cfg.strip_accents is None else cfg.strip_accents
     config = {
         "format_version": pretrain_data.FORMAT_VERSION,
@@ -502,17 +494,12 @@ def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tokenizer": cfg.kind,
         "vocab_file": vocab_path,
-        "vocab_sha256": sha256_file(vocab_path),
+        "vocab_sha256": io_utils.sha256_file(vocab_path),
         "vocab_size": tokenizer.vocab_size,
         "special_ids": tokenizer.special_ids,
-        "do_lower_case": config["do_lower_case"],
-        "strip_accents": config["strip_accents"],
-        "max_seq_length": cfg.max_seq_length,
-        "blanks_separate_docs": cfg.blanks_separate_docs,
-        "official_truncation": cfg.official_truncation,
-        "seed": cfg.seed,
-        "num_out_files": num_shards,
-        "eval_fraction": cfg.eval_fraction,
+        **{key: config[key] for key in ("do_lower_case", "strip_accents", "max_seq_length",
+                                        "blanks_separate_docs", "official_truncation", "seed",
+                                        "num_out_files", "eval_fraction")},
         "eval_files": [pretrain_data.shard_name(s, num_shards) for s in sorted(eval_set)],
         "num_examples": totals["examples"],
         "num_tokens": totals["tokens"],
