@@ -29,13 +29,10 @@ from util import distribution
 from util import io_utils
 from util import preemption
 from util import training_utils
+from util.loss_scale import DynamicLossScale
 
 log = logging.getLogger(__name__)
 
-# float16 dynamic loss scaling (as pre-training): start high, halve on overflow, double after a
-# run of finite steps. bfloat16 has float32's range and needs none.
-INITIAL_LOSS_SCALE = 2.0 ** 15
-LOSS_SCALE_GROWTH_STEPS = 2000
 STATE_PREFIX = "finetune_state/"
 SETTINGS_FILE = "finetune_config.json"
 RESULTS_FILE = "eval_results.json"
@@ -88,16 +85,8 @@ class ModelRunner:
         self.float16 = config.compute_dtype == "float16"
         with self.strategy.scope():
             self.model = finetuning_model.FinetuningModel(config, tasks, seed=self.seed)
-            self.loss_scale = self.good_steps = None
-            if self.float16:
-                with tf.name_scope(""):
-                    agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
-                    self.loss_scale = tf.Variable(INITIAL_LOSS_SCALE, trainable=False,
-                                                  name=STATE_PREFIX + "loss_scale",
-                                                  aggregation=agg)
-                    self.good_steps = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                                  name=STATE_PREFIX + "loss_scale_good_steps",
-                                                  aggregation=agg)
+            # float16 only: bfloat16 has float32's range (util/loss_scale.py).
+            self.scaling = DynamicLossScale(STATE_PREFIX) if self.float16 else None
             self.optimizer = None
             if config.do_train:
                 self.optimizer = optimization.create_optimizer(
@@ -128,7 +117,7 @@ class ModelRunner:
         if self.optimizer is not None:
             variables += list(self.optimizer.variables)
         if self.float16:
-            variables += [self.loss_scale, self.good_steps]
+            variables += self.scaling.variables
         return checkpoint.by_name(variables)
 
     def check_settings(self) -> None:
@@ -195,7 +184,7 @@ class ModelRunner:
         total_steps = float(self.train_steps)
         replicas = strategy.num_replicas_in_sync
 
-        float16, loss_scale, good_steps = self.float16, self.loss_scale, self.good_steps
+        float16, scaling = self.float16, self.scaling
 
         @tf.function(jit_compile=self.use_xla)
         def forward_backward(features, seed, percent_done, scale):
@@ -204,12 +193,6 @@ class ModelRunner:
                 scaled = loss * scale
             grads = tape.gradient(scaled, variables)
             return loss, [None if g is None else g / scale for g in grads]
-
-        def update_loss_scale(finite):
-            grow = tf.logical_and(finite, good_steps + 1 >= LOSS_SCALE_GROWTH_STEPS)
-            loss_scale.assign(tf.where(grow, loss_scale * 2.0, tf.where(
-                finite, loss_scale, tf.maximum(loss_scale / 2.0, 1.0))))
-            good_steps.assign(tf.where(finite & ~grow, good_steps + 1, tf.constant(0, tf.int64)))
 
         def skip_step():
             # The step still counts (schedule and data order stay tied to global_step).
@@ -224,7 +207,7 @@ class ModelRunner:
                 seed = tf.random.experimental.stateless_fold_in(
                     seed, context.replica_id_in_sync_group)
             percent_done = tf.cast(step, tf.float32) / total_steps
-            scale = loss_scale.read_value() if float16 else tf.constant(1.0)
+            scale = scaling.scale.read_value() if float16 else tf.constant(1.0)
             loss, grads = forward_backward(features, seed, percent_done, scale)
             if replicas > 1:
                 grads = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
@@ -233,7 +216,7 @@ class ModelRunner:
             # Overflowed float16 gradients: skip the update, halve the scale.
             finite = training_utils.all_finite(grads)
             grad_norm = tf.cond(finite, lambda: optimizer.apply(grads, variables), skip_step)
-            update_loss_scale(finite)
+            scaling.update(finite)
             return loss, grad_norm
 
         @tf.function
@@ -300,7 +283,7 @@ class ModelRunner:
                               "grad_norm": float(grad_norm),
                               "learning_rate": float(self.optimizer.learning_rate())}
                     if self.float16:
-                        values["loss_scale"] = float(self.loss_scale.numpy())
+                        values["loss_scale"] = float(self.scaling.scale.numpy())
                     try:
                         training_utils.check_finite(values, step, f" (trial {self.trial})")
                     except training_utils.NonFiniteError as e:

@@ -31,6 +31,7 @@ from pretrain.objectives import functions
 from pretrain.objectives.base import Denominators
 from pretrain.pretraining_model import PretrainingModel
 from util import checkpoint, distribution, preemption
+from util.loss_scale import INITIAL_SCALE, DynamicLossScale
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 TRAIN_METRICS = ("loss", "mlm_loss", "disc_loss", "mlm_correct", "mlm_weight", "disc_correct",
                  "disc_weight", "global_norm")
 STATE_PREFIX = "pretrain_state/"
-INITIAL_LOSS_SCALE = 2.0 ** 15
-LOSS_SCALE_GROWTH_STEPS = 2000
 _FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 
@@ -100,12 +99,9 @@ class Trainer:
                 self.input_position = tf.Variable(
                     tf.constant(input_pipeline.START, tf.int64), trainable=False,
                     name=STATE_PREFIX + "input_position", aggregation=agg)
-                self.loss_scale = tf.Variable(
-                    INITIAL_LOSS_SCALE if self.float16 else 1.0, trainable=False,
-                    dtype=tf.float32, name=STATE_PREFIX + "loss_scale", aggregation=agg)
-                self.good_steps = tf.Variable(
-                    tf.constant(0, tf.int64), trainable=False,
-                    name=STATE_PREFIX + "loss_scale_good_steps", aggregation=agg)
+            # Always in the checkpoint (1.0 and unused unless float16), as before.
+            self.scaling = DynamicLossScale(STATE_PREFIX, INITIAL_SCALE if self.float16 else 1.0)
+            self.loss_scale = self.scaling.scale
         # autograph=False: the loops below are explicit tf.while_loops and the model code has
         # no tensor-dependent Python control flow; skipping autograph's source conversion of the
         # whole model halves the time to the first step.
@@ -121,7 +117,7 @@ class Trainer:
         return int(self.optimizer.global_step.numpy())
 
     def state_variables(self) -> dict[str, tf.Variable]:
-        return checkpoint.by_name([self.input_position, self.loss_scale, self.good_steps])
+        return checkpoint.by_name([self.input_position] + self.scaling.variables)
 
     def all_variables(self) -> dict[str, tf.Variable]:
         """Everything a checkpoint holds: weights, optimizer step and slots, run state."""
@@ -279,15 +275,6 @@ class Trainer:
 
     # -- loops (cross-replica context) ---------------------------------------------------------
 
-    def _update_loss_scale(self, finite):
-        grow = tf.logical_and(finite, self.good_steps + 1 >= LOSS_SCALE_GROWTH_STEPS)
-        new_scale = tf.where(grow, self.loss_scale * 2.0,
-                             tf.where(finite, self.loss_scale,
-                                      tf.maximum(self.loss_scale / 2.0, 1.0)))
-        self.loss_scale.assign(new_scale)
-        self.good_steps.assign(tf.where(finite & ~grow, self.good_steps + 1,
-                                        tf.constant(0, tf.int64)))
-
     def _train_loop(self, iterator, num_steps, deadline):
         size = len(TRAIN_METRICS)
 
@@ -303,7 +290,7 @@ class Trainer:
                 # non-finite step at the smallest scale (1) means the model itself diverged.
                 diverged = tf.logical_and(~ok, self.loss_scale <= 1.0)
                 with tf.control_dependencies([diverged]):
-                    self._update_loss_scale(ok)
+                    self.scaling.update(ok)
             else:
                 diverged = ~ok
             counted = tf.logical_and(ok, ~diverged)

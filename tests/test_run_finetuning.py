@@ -12,7 +12,7 @@ import run_finetuning
 import run_pretraining
 from finetune import trainer
 from util import checkpoint
-from util import training_utils
+from util import loss_scale, training_utils
 
 from tests.test_finetune_data import make_config, write_fixtures
 
@@ -181,5 +181,5 @@ def test_float16_trains_with_dynamic_loss_scaling(tmp_path):
     run_finetuning.run_finetuning(config)
     tensors = final_tensors(config)
     assert tensors["global_step"] == 3
-    assert 1.0 <= tensors["finetune_state/loss_scale"] <= trainer.INITIAL_LOSS_SCALE
+    assert 1.0 <= tensors["finetune_state/loss_scale"] <= loss_scale.INITIAL_SCALE
     assert all(np.isfinite(v).all() for v in tensors.values())
