@@ -1,6 +1,6 @@
 """Integration: real text (a slice of ../shared/data/pretrain_corpus) and the real uncased vocab,
 built by build_pretraining_dataset.py, pre-trained by the run_pretraining.py command line for a
-couple of hundred steps: the held-out masked-LM accuracy and the discriminator's AUC rise well
+few hundred steps: the held-out masked-LM accuracy and the discriminator's AUC rise well
 above those of the untrained model (CALIBRATION.md: untrained AUC about 0.57)."""
 import json
 import os
@@ -11,7 +11,10 @@ from configure_pretraining import PretrainingConfig
 from pretrain import input_pipeline
 from pretrain.trainer import Trainer
 
-STEPS = 200
+# 300: with the builder keeping all text (issue 17) the held-out masked-LM accuracy after 200
+# steps was 0.019 (0.052 on the officially truncated data; the loss was the same, 8.64 vs 8.61:
+# at this stage the argmax is one frequent token or another); after 300 it is 0.045.
+STEPS = 300
 
 
 def test_tiny_electra_learns_on_real_text(shared_data, tmp_path):

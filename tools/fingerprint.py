@@ -158,8 +158,11 @@ def compare(a: dict, b: dict, rtol: float = 1e-6) -> list[str]:
             lines.append(f"{run}: tensors differ: {sorted(set(ta) ^ set(tb))[:5]}")
             continue
         changed = [n for n in ta if ta[n]["sha256"] != tb[n]["sha256"]]
-        if not changed and a[run].get("eval") == b[run].get("eval"):
-            lines.append(f"{run}: bit-identical ({len(ta)} tensors)")
+        if not changed:
+            same_eval = a[run].get("eval") == b[run].get("eval")
+            lines.append(f"{run}: bit-identical ({len(ta)} tensors)" + (
+                "" if same_eval else "; the eval metrics differ BEYOND rtol 0 (or one side "
+                "has none)"))
             continue
         worst = max((abs(ta[n][k] - tb[n][k]) / max(abs(ta[n][k]), 1e-12), n, k)
                     for n in changed for k in ("sum", "sumsq"))
