@@ -78,7 +78,7 @@ def pretrain_fingerprint(work: str, name: str, overrides: dict) -> dict:
         raise RuntimeError(f"pre-training {name} exited {code}")
     model_dir = os.path.join(data_dir, "models", "m")
     result = {"tensors": summarize(checkpoint.read_all(model_dir))}
-    history = os.path.join(model_dir, run_pretraining.HISTORY_FILE)
+    history = os.path.join(model_dir, "results", run_pretraining.HISTORY_FILE)
     if os.path.exists(history):
         with open(history, encoding="utf-8") as f:
             result["eval"] = json.load(f)
