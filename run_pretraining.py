@@ -34,7 +34,7 @@ from model import probing, tokenization
 from pretrain import input_pipeline
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
-from util import checkpoint, distribution, io_utils, preemption, record_check
+from util import checkpoint, distribution, io_utils, preemption, record_check, resume
 from util import training_utils as tu
 from util.hparams import HParamError
 
@@ -111,18 +111,16 @@ def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFile
 
 def check_resume_compatible(config: PretrainingConfig, saved_path: str) -> list[str]:
     """Refuses architecture changes against the config saved in the model dir; returns the
-    names of other hparams that changed (allowed, logged)."""
-    saved = io_utils.read_json(saved_path)
-    current = config.to_dict()
-    architecture = [k for k in ARCHITECTURE_KEYS if k in saved and saved[k] != current.get(k)]
-    if architecture:
-        changes = "; ".join(f"{k}: {saved[k]!r} -> {current.get(k)!r}" for k in architecture)
+    other hparams that changed (allowed, logged)."""
+    refused, allowed = resume.split_changes(
+        io_utils.read_json(saved_path), config.to_dict(), lambda key: key in ARCHITECTURE_KEYS,
+        ignore=frozenset({"model_name", "data_dir", "model_dir", "do_train", "do_eval"}))
+    if refused:
         raise IncompatibleResumeError(
-            f"model dir {config.model_dir} holds checkpoints of another model ({changes}, "
-            f"compared with {saved_path}). Use a new model_name, or pass the new model as "
-            "init_checkpoint from a fresh model dir")
-    ignored = {"model_name", "data_dir", "model_dir", "do_train", "do_eval"}
-    return sorted(k for k in current if k in saved and saved[k] != current[k] and k not in ignored)
+            f"model dir {config.model_dir} holds checkpoints of another model ("
+            f"{'; '.join(refused)}, compared with {saved_path}). Use a new model_name, or pass "
+            "the new model as init_checkpoint from a fresh model dir")
+    return allowed
 
 
 def check_resume_vocab(config: PretrainingConfig) -> None:
@@ -188,7 +186,7 @@ def _restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
         if os.path.exists(saved_config):
             changed = check_resume_compatible(config, saved_config)
             if changed:
-                log.warning("resuming with changed hparams: %s", ", ".join(changed))
+                log.warning("resuming with changed hparams: %s", "; ".join(changed))
         trainer.restore(latest)
         if config.init_checkpoint:
             log.info("model dir has checkpoints: init_checkpoint %s is ignored",

@@ -28,6 +28,7 @@ from util import checkpoint
 from util import distribution
 from util import io_utils
 from util import preemption
+from util import resume
 from util import training_utils
 from util.loss_scale import DynamicLossScale
 
@@ -123,16 +124,15 @@ class ModelRunner:
     def check_settings(self) -> None:
         """Refuses to resume a trial directory that was trained with other settings."""
         path = os.path.join(self.model_dir, SETTINGS_FILE)
-        if not os.path.exists(path):
+        if not os.path.exists(path) or self.manager.latest() is None:
             return
         saved = io_utils.read_json(path).get("training_settings", {})
-        current = training_settings(self.config)
-        diffs = [f"{k}: {saved.get(k)!r} there, {current.get(k)!r} now"
-                 for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
-        if diffs and self.manager.latest() is not None:
+        refused, _ = resume.split_changes(saved, training_settings(self.config),
+                                          lambda key: key not in NOT_TRAINING_SETTINGS)
+        if refused:
             raise ValueError(
                 f"{self.model_dir} holds a trial trained with other settings ("
-                + "; ".join(diffs[:5]) + "). Delete that directory or set another model_dir.")
+                + "; ".join(refused[:5]) + "). Delete that directory or set another model_dir.")
 
     def initialize(self) -> str:
         """Resumes from the trial's checkpoint, else loads init_checkpoint; returns which."""

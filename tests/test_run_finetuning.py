@@ -94,8 +94,7 @@ def test_resuming_with_other_settings_is_refused_and_eval_only_runs(tmp_path):
     assert evaluated["trials"][0]["global_step"] == 3
     assert set(evaluated["median"]) == {"cola", "sst"}
     changed = fixture_config(tmp_path, do_eval=False, num_train_epochs=1.0, learning_rate=5e-4)
-    with pytest.raises(ValueError, match=r"other settings \(learning_rate: 0.001 there, "
-                                         r"0.0005 now\)"):
+    with pytest.raises(ValueError, match=r"other settings \(learning_rate: 0.001 -> 0.0005\)"):
         run_finetuning.run_finetuning(changed)
 
 

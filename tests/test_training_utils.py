@@ -86,3 +86,13 @@ def test_summary_writer_writes_scalars(tmp_path):
     assert tu.read_scalars(str(tmp_path)) == {"train/loss": [(5, 2.0)]}
     tu.SummaryWriter(str(tmp_path / "none"), enabled=False).scalars(1, {"x": 1})
     assert not (tmp_path / "none").exists()
+
+
+def test_resume_rule_splits_refused_and_allowed_changes():
+    from util import resume
+    saved = {"hidden_size": 32, "learning_rate": 1e-3, "model_dir": "/a", "old_key": 1}
+    current = {"hidden_size": 64, "learning_rate": 5e-4, "model_dir": "/b", "new_key": 2}
+    refused, allowed = resume.split_changes(saved, current, lambda k: k == "hidden_size",
+                                            ignore=frozenset({"model_dir"}))
+    assert refused == ["hidden_size: 32 -> 64"]
+    assert allowed == ["learning_rate: 0.001 -> 0.0005"]  # keys only one side knows: no change
