@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-from finetune import feature_spec
+from finetune import preprocessing
 from finetune import task as task_lib
 from finetune.classification import classification_tasks
 from finetune.classification import table_data
@@ -168,16 +168,15 @@ class Predictor:
                  batch_size: int):
         self._task = task
         self._task_id = [t.name for t in tasks].index(task.name)
-        self._padding_id = len(tasks)
         self._batch_size = batch_size
-        self._specs = feature_spec.get_shared_feature_specs(config.max_seq_length)
-        for t in tasks:
-            self._specs += t.get_feature_specs()
+        # The features and padding rows evaluation uses (its batches are these batches).
+        features = preprocessing.Preprocessor(config, tasks)
+        self._specs = features.feature_specs
+        self._padding = features.padding_features()
         self._forward = tf.function(lambda features: model(features, training=False)[1])
 
     def _batch(self, rows: list[dict]) -> dict[str, tf.Tensor]:
-        padding = {"task_id": self._padding_id}
-        rows = rows + [padding] * (self._batch_size - len(rows))
+        rows = rows + [self._padding] * (self._batch_size - len(rows))
         batch = {}
         for spec in self._specs:
             values = np.stack([np.asarray(r[spec.name]) if spec.name in r

@@ -81,7 +81,6 @@ class ClozeGenerator(tf.Module):
     def __init__(self, towers: "TwoTowerEncoder", head: GeneratorHead, frozen: bool = False):
         super().__init__(name="cloze_generator")
         self.towers = towers
-        self.encoder = towers
         self.head = head
         self.frozen = frozen
 

@@ -1,6 +1,6 @@
 """Reading the rows of a user's TSV, CSV or JSONL file by field name (or column number).
 
-TSV: one row per line, split on tabs, no quoting (GLUE's convention: quotes are literal text).
+TSV: one row per line, split on tabs, no quoting (GLUE's convention and reader, glue_data.py).
 CSV: the csv module's dialect (quoted fields may hold commas, quotes and newlines).
 JSONL: one JSON object per line; a number or boolean field is read as its JSON text.
 With a header (TSV/CSV, the default) fields are named by the header line; without one they are
@@ -12,6 +12,7 @@ import json
 from typing import Iterator
 
 from finetune import task as task_lib
+from finetune.classification import glue_data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,20 +24,14 @@ class Record:
     source: str  # "path:line"
 
 
-def _tsv_rows(f) -> Iterator[tuple[int, list[str]]]:
-    for line_no, line in enumerate(f, start=1):
-        line = line.rstrip("\r\n")
-        if line.strip():
-            yield line_no, line.split("\t")
-
-
-def _csv_rows(f) -> Iterator[tuple[int, list[str]]]:
-    reader = csv.reader(f)
-    start = 1
-    for fields in reader:
-        if any(field.strip() for field in fields):
-            yield start, fields
-        start = reader.line_num + 1
+def _csv_rows(path: str) -> Iterator[tuple[int, list[str]]]:
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f)
+        start = 1
+        for fields in reader:
+            if any(field.strip() for field in fields):
+                yield start, fields
+            start = reader.line_num + 1
 
 
 def _json_value(value, path: str, line_no: int, key: str) -> str | None:
@@ -79,34 +74,34 @@ def _read_jsonl(path: str, fields: dict, max_rows: int | None) -> list[Record]:
 def _read_table(path: str, fmt: str, fields: dict, header: bool,
                 max_rows: int | None) -> list[Record]:
     records: list[Record] = []
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        rows = _tsv_rows(f) if fmt == "tsv" else _csv_rows(f)
-        columns = dict(fields)  # role -> column number
-        if header:
-            try:
-                header_line, names = next(rows)
-            except StopIteration:
-                return []
-            names = [n.strip() for n in names]
-            for role, key in fields.items():
-                if key not in names:
-                    raise task_lib.TaskDataError(
-                        f"{path}:{header_line}: the header has no column {key!r} ({role}); its "
-                        f"columns: {', '.join(map(repr, names))}")
-                columns[role] = names.index(key)
-        needed = max(c + 1 if c >= 0 else -c for c in columns.values())
-        for line_no, row in rows:
-            if max_rows is not None and len(records) >= max_rows:
-                break
-            if len(row) < needed:
-                missing = [fields[r] for r, c in columns.items()
-                           if (c if c >= 0 else -c - 1) >= len(row)]
-                separator = "\t" if fmt == "tsv" else ","
+    # TSV rows are GLUE's (one line, split on tabs): read by the GLUE reader.
+    rows = glue_data.iter_tsv_lines(path) if fmt == "tsv" else _csv_rows(path)
+    columns = dict(fields)  # role -> column number
+    if header:
+        try:
+            header_line, names = next(rows)
+        except StopIteration:
+            return []
+        names = [n.strip() for n in names]
+        for role, key in fields.items():
+            if key not in names:
                 raise task_lib.TaskDataError(
-                    f"{path}:{line_no}: {len(row)} column(s), too few for field "
-                    f"{missing[0]!r}: {separator.join(row)[:200]!r}")
-            values = {role: row[c].strip() for role, c in columns.items()}
-            records.append(Record(line_no, len(records), values, f"{path}:{line_no}"))
+                    f"{path}:{header_line}: the header has no column {key!r} ({role}); its "
+                    f"columns: {', '.join(map(repr, names))}")
+            columns[role] = names.index(key)
+    needed = max(c + 1 if c >= 0 else -c for c in columns.values())
+    for line_no, row in rows:
+        if max_rows is not None and len(records) >= max_rows:
+            break
+        if len(row) < needed:
+            missing = [fields[r] for r, c in columns.items()
+                       if (c if c >= 0 else -c - 1) >= len(row)]
+            separator = "\t" if fmt == "tsv" else ","
+            raise task_lib.TaskDataError(
+                f"{path}:{line_no}: {len(row)} column(s), too few for field "
+                f"{missing[0]!r}: {separator.join(row)[:200]!r}")
+        values = {role: row[c].strip() for role, c in columns.items()}
+        records.append(Record(line_no, len(records), values, f"{path}:{line_no}"))
     return records
 
 

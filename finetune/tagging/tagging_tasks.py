@@ -203,7 +203,9 @@ class TaggingTask(task_lib.Task):
     word_column = 0
     tag_column = 2
     num_columns: int | None = 3  # every line's column count; None: any that holds both columns
-    span_tags = True  # tags are O / B-, I- (E-, S-)<type> chunk tags; False: any tag strings
+    # True: O / B-, I- (E-, S-)<type> chunk tags; False: any tag strings; None: chunk tags when
+    # every tag of the training file is one.
+    span_tags: bool | None = True
     # Span tags: the chunk types; token tags: the tags. Empty: read from the training file.
     chunk_types: Sequence[str] = ()
 
@@ -213,9 +215,14 @@ class TaggingTask(task_lib.Task):
         self._files: dict[str, list[ConllSentence]] = {}
         self._examples: dict[str, list[TaggingExample]] = {}
         self._logged_holdout = False
-        if not self.chunk_types:
-            self.chunk_types = self.types_in(self._read_path(self.split_path("train"),
-                                                             check=False))
+        if not self.chunk_types or self.span_tags is None:
+            train = self._read_path(self.split_path("train"), check=False)
+            if self.span_tags is None:
+                self.span_tags = all(_is_chunk_tag(t) for s in train for t in s.tags)
+                log.info("task %s: tags read as %s tags (set \"encoding\" to choose)", name,
+                         "chunk" if self.span_tags else "per-token")
+            if not self.chunk_types:
+                self.chunk_types = self.types_in(train)
         if self.span_tags:
             self.label_list = bioes_label_list(self.chunk_types)
             self._valid_tags = {tagging_metrics.OUTSIDE} | {
@@ -227,21 +234,18 @@ class TaggingTask(task_lib.Task):
 
     def types_in(self, sentences: Sequence[ConllSentence]) -> list[str]:
         """The chunk types (span tags) or the tags of some sentences, sorted."""
-        tags = {t for s in sentences for t in s.tags}
         if not self.span_tags:
-            return sorted(tags)
+            return sorted({t for s in sentences for t in s.tags})
         types = set()
         for s in sentences:
             for i, tag in enumerate(s.tags):
-                prefix, chunk_type = tagging_metrics.split_tag(tag)
-                if tag != tagging_metrics.OUTSIDE and (prefix not in ("B", "I", "E", "S")
-                                                        or not chunk_type):
+                if not _is_chunk_tag(tag):
                     raise task_lib.TaskDataError(
                         f"{s.path}:{s.lines[i]}: tag {tag!r} of word {s.words[i]!r} is not O or "
                         f"B-, I-, E-, S-<type>; for tags that are not chunks (e.g. POS) set "
                         f"\"encoding\": \"token\"")
-                if chunk_type:
-                    types.add(chunk_type)
+                if tag != tagging_metrics.OUTSIDE:
+                    types.add(tagging_metrics.split_tag(tag)[1])
         return sorted(types)
 
     # -- reading --------------------------------------------------------------------------------
@@ -477,13 +481,7 @@ class CustomTagging(TaggingTask):
         self.word_column = spec.get("word_column", 0)
         self.tag_column = spec.get("tag_column", -1)
         encoding = spec.get("encoding")
-        if encoding is None:  # chunk tags when every tag of the training file looks like one
-            tags = {t for s in read_conll(self.split_path("train"), self.word_column,
-                                          self.tag_column, None) for t in s.tags}
-            encoding = "span" if all(_is_chunk_tag(t) for t in tags) else "token"
-            log.info("task %s: tags read as %s tags (set \"encoding\" to choose)", spec.name,
-                     "chunk" if encoding == "span" else "per-token")
-        self.span_tags = encoding == "span"
+        self.span_tags = None if encoding is None else encoding == "span"
         self.chunk_types = tuple(spec.get("labels") or ())
         super().__init__(config, spec.name, tokenizer)
 
