@@ -57,10 +57,13 @@ def arg_parser(doc: str, batch: int | None, size: str = "small",
 
 def add_round_args(parser: argparse.ArgumentParser, steps: int, warmup: int, xla: str = "off",
                    unit: str = "steps", peer: bool = True,
-                   warmup_help: str | None = "untimed steps (first one traces)") -> None:
+                   warmup_help: str | None = "untimed steps (first one traces)",
+                   peer_configs: tuple[str, ...] = ("fp32", "bf16")) -> None:
     """Flags of a benchmark that times its configurations (and the peer) in alternating rounds.
 
     unit: what one timed call is ("steps" or "calls"); the flag that counts them is --<unit>.
+    peer_configs: the peer configurations --peer-configs accepts (PEER_CONFIGS names); it
+    defaults to fp32,bf16 and parses to a list.
     """
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--xla", choices=["off", "on", "both"], default=xla)
@@ -71,6 +74,10 @@ def add_round_args(parser: argparse.ArgumentParser, steps: int, warmup: int, xla
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     if peer:
         parser.add_argument("--no-peer", action="store_true")
+        parser.add_argument("--peer-configs", type=peer_config_list(peer_configs),
+                            default="fp32,bf16",
+                            help="the peer's configurations, each run in every round: "
+                                 + ", ".join(peer_configs))
     parser.add_argument("--idle-load", type=float, default=1.5)
     parser.add_argument("--max-wait", type=float, default=240.0,
                         help="seconds to wait for the load to fall below --idle-load")
@@ -320,7 +327,9 @@ def peer_available() -> str | None:
 
 
 def run_peer(script: str, args: list[str], timeout: float = 1800.0) -> dict:
-    """Runs a peer benchmark script; returns its JSON line (raises RuntimeError on failure)."""
+    """Runs a peer benchmark script with the peer's python; returns its JSON line (raises
+    RuntimeError on failure). script: a file in ../shared/peers, or an absolute path (our
+    benchmarks/peer_inference_latency.py, which the project never imports)."""
     cmd = [PEER_PYTHON, os.path.join(PEER_DIR, script)] + [str(a) for a in args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
                           cwd=PEER_DIR)
@@ -338,36 +347,123 @@ def use_peer(no_peer: bool) -> bool:
     return not no_peer and problem is None
 
 
-def peer_round(script: str, args: argparse.Namespace, round_index: int) -> dict:
-    """One peer measurement in round `round_index` (0-based), after waiting for an idle machine.
+# name -> (the dtype its matmuls run in, the peer script's flags); torch.compile only in the
+# pre-training script.
+PEER_CONFIGS = {"fp32": ("float32", []), "bf16": ("bfloat16", ["--bf16"]),
+                "compile": ("float32", ["--compile"]),
+                "bf16+compile": ("bfloat16", ["--bf16", "--compile"])}
 
-    The peer's JSON line plus `load_before` and `limit` (float32 matmul GFLOP/s measured just
-    before it), for `peer_row`.
+
+def peer_config_list(allowed: tuple[str, ...]):
+    """An argparse type: comma-separated PEER_CONFIGS names among `allowed` -> a list."""
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names or len(set(names)) != len(names):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: a comma-separated list of distinct names from {', '.join(allowed)}")
+        return names
+    return parse
+
+
+def config_key(config: str) -> str:
+    """A peer configuration's name as a JSON key suffix ("bf16+compile" -> "bf16_compile")."""
+    return config.replace("+", "_")
+
+
+def limit_dtype(compute_dtype: str) -> str:
+    """The matmul limit a compute dtype is compared with (float16 has no fast path here)."""
+    return "bfloat16" if compute_dtype == "bfloat16" else "float32"
+
+
+def matmul_limits() -> dict[str, float]:
+    """The float32 and the bfloat16 matmul limit (GFLOP/s), measured now."""
+    return {dtype: matmul_limit(dtype) for dtype in ("float32", "bfloat16")}
+
+
+def block_start(args: argparse.Namespace, label: str) -> tuple[float, dict[str, float]]:
+    """What precedes every timed block: wait for an idle machine (--idle-load, --max-wait), then
+    measure both matmul limits. Returns (the load, the limits)."""
+    load = wait_for_idle(args.idle_load, args.max_wait, label)
+    return load, matmul_limits()
+
+
+def limit_fields(limits_per_round: list[dict[str, float]]) -> dict:
+    """A row's record of the limits measured before each of its blocks, and their medians."""
+    fields = {"limits_per_round": [{d: round(v, 1) for d, v in limits.items()}
+                                   for limits in limits_per_round]}
+    for dtype in ("float32", "bfloat16"):
+        fields[f"limit_gflops_{dtype}"] = round(
+            statistics.median(limits[dtype] for limits in limits_per_round), 1)
+    return fields
+
+
+def peer_round(script: str, args: argparse.Namespace, round_index: int,
+               config: str = "fp32") -> dict:
+    """One peer measurement in round `round_index` (0-based) in configuration `config`
+    (PEER_CONFIGS), after waiting for an idle machine and measuring both matmul limits.
+
+    The peer's JSON line plus `load_before`, `limits` (both), `limit` (the one of the config's
+    dtype), `peer_config` and `round` (1-based), for `peer_row`.
     """
-    load = wait_for_idle(args.idle_load, args.max_wait, f"(round {round_index + 1}: peer)")
-    limit = matmul_limit("float32")
+    load, limits = block_start(args, f"(round {round_index + 1}: peer {config})")
+    dtype, flags = PEER_CONFIGS[config]
     peer = run_peer(script, [
         "--size", args.size, "--batch", args.batch, "--seq-len", args.seq_len,
-        "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads])
-    peer["load_before"], peer["limit"] = load, limit
-    print(f"# round {round_index + 1} peer: median {peer['step_ms_median']:.0f} ms "
-          f"({peer['sequences_per_sec']:.2f} seq/s)", flush=True)
+        "--steps", args.steps, "--warmup", args.warmup, "--threads", args.threads, *flags])
+    peer.update(load_before=load, limits=limits, limit=limits[dtype], peer_config=config,
+                round=round_index + 1)
+    print(f"# round {round_index + 1} peer {config}: median {peer['step_ms_median']:.0f} ms "
+          f"({peer['sequences_per_sec']:.2f} seq/s; limits {limits['float32']:.0f}/"
+          f"{limits['bfloat16']:.0f} GFLOP/s)", flush=True)
     return peer
 
 
+def peer_rounds(script: str, args: argparse.Namespace, round_index: int) -> list[dict]:
+    """Round `round_index` of the peer: one `peer_round` per --peer-configs entry, in order."""
+    return [peer_round(script, args, round_index, config) for config in args.peer_configs]
+
+
+def peer_ratios(ours: float, ours_per_round: list[float], peer_runs: list[dict], key: str,
+                higher_is_faster: bool = True, suffix: str = "") -> dict:
+    """Ours against each peer configuration in `peer_runs` (`peer_round` results; a run without
+    `peer_config` is fp32, without `round` the i-th of its configuration is round i + 1).
+
+    ours: our figure `key` over all rounds; ours_per_round: ours in round 1, 2, ... Per config c:
+    `peer_<key>_<c>` (the peer's median over rounds), `ratio_vs_peer_<c><suffix>` (ours against
+    it) and `ratio_per_round_<c><suffix>` (each of our rounds against the peer run of the same
+    round). Ratios > 1 mean we are faster. {} without peer runs.
+    """
+    by_config: dict[str, dict[int, dict]] = {}
+    for run in peer_runs:
+        runs = by_config.setdefault(run.get("peer_config", "fp32"), {})
+        runs[run.get("round", len(runs) + 1)] = run
+
+    def ratio(mine: float, theirs: float) -> float:
+        return round(mine / theirs if higher_is_faster else theirs / mine, 3)
+
+    fields = {}
+    for config, runs in by_config.items():
+        name = config_key(config)
+        peer_median = statistics.median(run[key] for run in runs.values())
+        fields[f"peer_{key}_{name}"] = peer_median
+        fields[f"ratio_vs_peer_{name}{suffix}"] = ratio(ours, peer_median)
+        fields[f"ratio_per_round_{name}{suffix}"] = [
+            ratio(mine, runs[r][key]) for r, mine in enumerate(ours_per_round, 1) if r in runs]
+    return fields
+
+
 def peer_comparison(sequences_per_sec: float, batch: int,
-                    rounds: list[tuple[list[float], float]], peer_rows: list[dict]) -> dict:
-    """Ours against the peer (float32): the peer's median seq/s, the ratio to it, and the ratio
-    per round (each of our rounds against the peer run of the same round). {} without a peer."""
-    if not peer_rows:
-        return {}
-    peer_sps = statistics.median(p["sequences_per_sec"] for p in peer_rows)
-    if not peer_sps:
-        return {}
-    return {"peer_sequences_per_sec": peer_sps,
-            "ratio_vs_peer_fp32": round(sequences_per_sec / peer_sps, 3),
-            "ratio_per_round": [round(batch / statistics.median(t) / p["sequences_per_sec"], 3)
-                                for (t, _), p in zip(rounds, peer_rows)]}
+                    rounds: list[tuple[list[float], float]], peer_runs: list[dict]) -> dict:
+    """Ours against each peer configuration (`peer_ratios` on sequences/s; rounds: our step
+    times per round). Also, as before the configurations existed, `peer_sequences_per_sec` and
+    `ratio_per_round` of the float32 peer. {} without a peer."""
+    fields = peer_ratios(sequences_per_sec, [batch / statistics.median(t) for t, _ in rounds],
+                         peer_runs, "sequences_per_sec")
+    if "ratio_vs_peer_fp32" in fields:
+        fields = {"peer_sequences_per_sec": fields["peer_sequences_per_sec_fp32"],
+                  **fields, "ratio_per_round": fields["ratio_per_round_fp32"]}
+    return fields
 
 
 def peer_row(benchmark: str, args: argparse.Namespace, peer: dict, appendix_e_flops: int,
@@ -375,11 +471,15 @@ def peer_row(benchmark: str, args: argparse.Namespace, peer: dict, appendix_e_fl
     """The output row of one peer measurement (from `peer_round`), in our rows' keys.
 
     appendix_e_flops: our Appendix E count of the step (the peer reports the executed count);
-    shape_fields go after seq_len, flops_fields after the executed FLOPs.
+    shape_fields go after seq_len, flops_fields after the executed FLOPs. fraction_of_limit is
+    taken against the limit of the run's dtype (bfloat16 for a bf16 run).
     """
+    config = peer.get("peer_config", "fp32")
+    dtype, flags = PEER_CONFIGS[config]
     return {"benchmark": benchmark, "impl": "peer-hf-pytorch", "size": args.size,
-            "dtype": "float32", "xla": False, "batch": args.batch, "seq_len": args.seq_len,
-            **(shape_fields or {}),
+            "dtype": dtype, "compile": "--compile" in flags, "peer_config": config,
+            "round": peer.get("round"), "xla": False, "batch": args.batch,
+            "seq_len": args.seq_len, **(shape_fields or {}),
             "threads": peer["threads"], "steps_timed": peer["steps_timed"],
             "step_ms_median": peer["step_ms_median"],
             "sequences_per_sec": peer["sequences_per_sec"],
@@ -392,8 +492,58 @@ def peer_row(benchmark: str, args: argparse.Namespace, peer: dict, appendix_e_fl
             **(flops_fields or {}),
             "limit_gflops": round(peer["limit"], 1),
             "fraction_of_limit": round(peer["achieved_gflops"] / peer["limit"], 3),
+            **limit_fields([peer["limits"]]),
             "load_before": [peer["load_before"]], "max_rss_mb": peer["max_rss_mb"],
             "torch": peer.get("torch"), "transformers": peer.get("transformers")}
+
+
+def comparison_columns(rows: list[dict], suffix: str = "",
+                       header_suffix: str = "") -> list[tuple[str, str]]:
+    """Table columns `x peer <config>` for fp32, bf16 and any other peer configuration the rows
+    were compared with, then the per-round ratios (`per_round_text`)."""
+    configs = [c for c in PEER_CONFIGS if c in ("fp32", "bf16") or any(
+        f"ratio_vs_peer_{config_key(c)}{suffix}" in row for row in rows)]
+    return ([(f"ratio_vs_peer_{config_key(c)}{suffix}", f"x peer {c}{header_suffix}")
+             for c in configs] + [("per_round_text", "x peer per round")])
+
+
+def per_round_text(row: dict, suffix: str = "") -> str | None:
+    """`fp32 1.31, 1.28; bf16 0.97, 0.99`: a row's per-round ratios for each peer configuration."""
+    parts = []
+    for config in PEER_CONFIGS:
+        values = row.get(f"ratio_per_round_{config_key(config)}{suffix}")
+        if values:
+            parts.append(f"{config} " + ", ".join(f"{v:.2f}" for v in values))
+    return "; ".join(parts) or None
+
+
+def display_fields(row: dict, suffix: str = "") -> dict:
+    """The row with the table's text cells: dtype with `+compile`, per-round ratios, limits."""
+    shown = dict(row, per_round_text=per_round_text(row, suffix))
+    if row.get("compile"):
+        shown["dtype"] = f"{row['dtype']} +compile"
+    if row.get("limits_per_round"):
+        shown["limits_text"] = ", ".join(f"{limits['float32']:.0f}/{limits['bfloat16']:.0f}"
+                                         for limits in row["limits_per_round"])
+    return shown
+
+
+THROUGHPUT_TABLE_NOTE = (
+    "of limit = executed GFLOP/s / a 2048^3 matmul's in the row's dtype (bfloat16 for the peer's "
+    "bf16 runs), both limits measured just before each timed block (median over rounds); x peer "
+    "= our seq/s / the peer's median over rounds, per round against the same round's peer run")
+
+
+def throughput_table(rows: list[dict], more_flops_columns: tuple[tuple[str, str], ...] = ()) -> str:
+    """The markdown table of a side-by-side throughput benchmark (ours and the peer's rows);
+    THROUGHPUT_TABLE_NOTE says what its columns mean."""
+    return markdown_table([display_fields(row) for row in rows], [
+        ("impl", "impl"), ("dtype", "dtype"), ("xla", "xla"), ("round", "round"),
+        ("sequences_per_sec", "seq/s"), ("step_ms_median", "step ms (median)"),
+        *comparison_columns(rows), ("tokens_per_sec", "tokens/s"),
+        ("achieved_gflops", "GFLOP/s (App. E)"), ("achieved_gflops_executed", "GFLOP/s (executed)"),
+        *more_flops_columns, ("fraction_of_limit", "of limit"),
+        ("limits_text", "limits fp32/bf16 GFLOP/s"), ("load_before", "load")])
 
 
 def child_json(cmd: list[str], timeout: float = 3600.0) -> dict:

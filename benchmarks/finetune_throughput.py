@@ -4,13 +4,17 @@ Our step is the real one: finetune/trainer.py ModelRunner's train function (enco
 classification head, loss summed over the batch, backward, clipping, AdamW with layer-wise
 learning rates), built from a real FinetuningConfig with random initial weights and fed
 synthetic batches (random ids, [CLS] ... [SEP], no padding; the peer's batches). Timing: one step
-per call after warm-up, alternating with the peer (same size, batch, sequence length, threads),
-load average printed before each measurement. FLOPs conventions: benchmarks/common.py (the
-peer's head has one more H x H dense layer than the official head: its executed count is given
-as `peer_executed_flops_per_step`).
+per call after warm-up, alternating with the peer (same size, batch, sequence length, threads)
+in every configuration of --peer-configs (fp32, bf16 = autocast; default both), load average
+and both matmul limits (float32, bfloat16) measured before each timed block; a row's fraction of
+limit uses its dtype's. FLOPs conventions: benchmarks/common.py (the peer's head has one more
+H x H dense layer than the official head: its executed count is given as
+`peer_executed_flops_per_step`).
 
   python benchmarks/finetune_throughput.py            # Small, batch 32, seq 128, fp32 + bf16
+  python benchmarks/finetune_throughput.py --rounds 3 --peer-configs fp32,bf16
   python benchmarks/finetune_throughput.py --xla both --rounds 1
+  python benchmarks/finetune_throughput.py --size tiny --no-peer
 """
 import os
 import statistics
@@ -92,14 +96,17 @@ class Ours:
             self._step()
         self.times, self.loads = [], []
         self.rounds: list[tuple[list[float], float]] = []  # (step times, matmul limit)
+        self.limits: list[dict[str, float]] = []  # per round: both limits (common.block_start)
 
     def _step(self) -> float:
         loss, _, _, _ = self.train_fn(self.iterator, self.one, self.no_deadline)
         return float(loss)
 
-    def time_steps(self, steps: int, load: float, limit: float) -> None:
+    def time_steps(self, steps: int, load: float, limits: dict[str, float]) -> None:
+        """One round: `steps` timed steps; limits: both matmul limits measured just before."""
         self.loads.append(load)
-        self.rounds.append(([], limit))
+        self.limits.append(limits)
+        self.rounds.append(([], limits[common.limit_dtype(self.dtype)]))
         for _ in range(steps):
             start = time.perf_counter()
             self.last_loss = self._step()
@@ -136,14 +143,13 @@ def main() -> None:
     peer_rows = []
     for r in range(args.rounds):
         for ours in configs:
-            load = common.wait_for_idle(args.idle_load, args.max_wait,
-                                        f"(round {r + 1}: ours {ours.name})")
-            ours.time_steps(args.steps, load, common.matmul_limit(
-                "bfloat16" if ours.dtype == "bfloat16" else "float32"))
+            load, limits = common.block_start(args, f"(round {r + 1}: ours {ours.name})")
+            ours.time_steps(args.steps, load, limits)
             print(f"# round {r + 1} ours {ours.name}: median "
-                  f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms", flush=True)
+                  f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms (limits "
+                  f"{limits['float32']:.0f}/{limits['bfloat16']:.0f} GFLOP/s)", flush=True)
         if use_peer:
-            peer_rows.append(common.peer_round("hf_finetune_bench.py", args, r))
+            peer_rows += common.peer_rounds("hf_finetune_bench.py", args, r)
 
     rows = []
     for ours in configs:
@@ -153,7 +159,7 @@ def main() -> None:
         row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, ours.rounds))
         row.update(first_step_s=round(ours.first_step_s, 1), load_before=ours.loads,
                    traces=ours.train_fn.experimental_get_tracing_count(),
-                   last_loss=round(ours.last_loss, 4))
+                   last_loss=round(ours.last_loss, 4), **common.limit_fields(ours.limits))
         row.update(common.peer_comparison(row["sequences_per_sec"], args.batch, ours.rounds,
                                           peer_rows))
         rows.append(row)
@@ -167,13 +173,8 @@ def main() -> None:
 
     print()
     print(f"ELECTRA-{args.size} fine-tuning step (sequence classification), batch {args.batch}, "
-          f"seq {args.seq_len}, {args.threads} threads")
-    print(common.markdown_table(rows, [
-        ("impl", "impl"), ("dtype", "dtype"), ("xla", "xla"), ("sequences_per_sec", "seq/s"),
-        ("tokens_per_sec", "tokens/s"), ("step_ms_median", "step ms (median)"),
-        ("ratio_vs_peer_fp32", "x peer fp32"), ("achieved_gflops", "GFLOP/s (App. E)"),
-        ("achieved_gflops_executed", "GFLOP/s (executed)"), ("fraction_of_limit", "of limit"),
-        ("load_before", "load")]))
+          f"seq {args.seq_len}, {args.threads} threads; {common.THROUGHPUT_TABLE_NOTE}")
+    print(common.throughput_table(rows))
     common.print_machine_end(machine)
 
 

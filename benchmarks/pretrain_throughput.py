@@ -6,15 +6,19 @@ Gumbel sampling, discriminator, loss, backward, clipping, AdamW) fed by the real
 from [999, vocab), [CLS] ... [SEP], no padding). Each configuration is timed one step per call
 (`Trainer.train_steps(iterator, 1)`, host round trip included, as the peer times its steps) after
 warm-up; rounds alternate ours and the peer's (same size, batch, sequence length and threads), so
-the ratio ours/peer comes from the same machine state. The load average is printed before each
-measurement, after waiting (up to --max-wait s) for it to fall below --idle-load.
+the ratio ours/peer comes from the same machine state. Each round runs the peer in every
+configuration of --peer-configs (fp32, bf16 = autocast, compile = torch.compile, bf16+compile;
+default fp32,bf16), and each of our rows gets its ratio to each. The load average is printed
+before each measurement, after waiting (up to --max-wait s) for it to fall below --idle-load.
 
-Also measured in the same run: the matmul limit (2048-cube matmul, float32 and bfloat16), the
+Also measured in the same run: the matmul limits (2048-cube matmul, float32 and bfloat16, both
+before every timed block, ours and the peer's; a row's fraction of limit uses its dtype's), the
 input pipeline alone (batches/s against the fastest step), and with --curve-steps N a short
 training run on real text in float32, bfloat16 and float32 with another seed (the noise floor).
 FLOPs conventions: benchmarks/common.py.
 
   python benchmarks/pretrain_throughput.py                          # Small, b16 s128, fp32 + bf16
+  python benchmarks/pretrain_throughput.py --rounds 3 --peer-configs fp32,bf16,compile,bf16+compile
   python benchmarks/pretrain_throughput.py --xla both --rounds 1    # XLA on and off
   python benchmarks/pretrain_throughput.py --size tiny --no-peer
   python benchmarks/pretrain_throughput.py --curve-only --curve-steps 60
@@ -34,9 +38,7 @@ VOCAB = 30522
 TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
 
 
-def limit_dtype(compute_dtype: str) -> str:
-    """The matmul limit a compute dtype is compared with (float16 has no fast path here)."""
-    return "bfloat16" if compute_dtype == "bfloat16" else "float32"
+limit_dtype = common.limit_dtype  # the matmul limit a compute dtype is compared with
 
 
 def config_hparams(size: str, batch: int, seq: int, dtype: str, xla: bool, **extra) -> dict:
@@ -91,8 +93,15 @@ class Ours:
         self.cpu: list[float] = []
         self.loads: list[float] = []
         self.rounds: list[tuple[list[float], float]] = []  # (step times, matmul limit)
+        self.limits: list[dict[str, float]] = []  # per round: both limits (common.block_start)
 
-    def time_steps(self, steps: int, load: float, limit: float = 0.0) -> None:
+    def time_steps(self, steps: int, load: float, limit: float = 0.0,
+                   limits: dict[str, float] | None = None) -> None:
+        """One round: `steps` timed steps. limit: the matmul limit of our dtype, or taken from
+        limits (both dtypes' limits, measured just before, recorded in self.limits)."""
+        if limits:
+            self.limits.append(limits)
+            limit = limits[limit_dtype(self.hparams["compute_dtype"])]
         self.loads.append(load)
         self.rounds.append(([], limit))
         for _ in range(steps):
@@ -174,7 +183,7 @@ def run_curve(args, work: str) -> list[dict]:
 
 def main() -> None:
     parser = common.arg_parser(__doc__, batch=16)
-    common.add_round_args(parser, steps=12, warmup=3)
+    common.add_round_args(parser, steps=12, warmup=3, peer_configs=tuple(common.PEER_CONFIGS))
     parser.add_argument("--curve-steps", type=int, default=0,
                         help="also train this many steps on real text: fp32 vs bf16 vs seed")
     parser.add_argument("--curve-only", action="store_true",
@@ -223,15 +232,14 @@ def main() -> None:
         peer_rows = []
         for r in range(args.rounds):
             for ours in configs:
-                load = common.wait_for_idle(args.idle_load, args.max_wait,
-                                            f"(round {r + 1}: ours {ours.name})")
-                limit = common.matmul_limit(limit_dtype(ours.hparams["compute_dtype"]))
-                ours.time_steps(args.steps, load, limit)
+                load, limits = common.block_start(args, f"(round {r + 1}: ours {ours.name})")
+                ours.time_steps(args.steps, load, limits=limits)
                 print(f"# round {r + 1} ours {ours.name}: median "
                       f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms "
-                      f"(limit {limit:.0f} GFLOP/s)", flush=True)
+                      f"(limits {limits['float32']:.0f}/{limits['bfloat16']:.0f} GFLOP/s)",
+                      flush=True)
             if use_peer and args.size != "base":
-                peer_rows.append(common.peer_round("hf_pretrain_bench.py", args, r))
+                peer_rows += common.peer_rounds("hf_pretrain_bench.py", args, r)
 
         for ours in configs:
             row = {"benchmark": "electra_pretrain_step", "impl": "ours-tf", "size": args.size,
@@ -245,6 +253,7 @@ def main() -> None:
             loop_fn = ours.trainer._train_loop_fn  # pylint: disable=protected-access
             row["traces"] = loop_fn.experimental_get_tracing_count()
             row["load_before"] = ours.loads
+            row.update(common.limit_fields(ours.limits))
             row["last_loss"] = round(ours.last_loss, 4)
             row.update(common.peer_comparison(row["sequences_per_sec"], args.batch, ours.rounds,
                                               peer_rows))
@@ -278,17 +287,10 @@ def main() -> None:
         print()
         print(f"ELECTRA-{args.size} pre-training step, batch {args.batch}, seq {args.seq_len}, "
               f"{args.threads} threads; FLOPs: Appendix E = matmuls 2mnk, train 3x forward, dense "
-              f"embeddings; executed = the peer's convention; of limit = executed GFLOP/s / a "
-              f"2048^3 matmul's, measured just before each timed block (median over rounds)")
-        print(common.markdown_table(rows, [
-            ("impl", "impl"), ("dtype", "dtype"), ("xla", "xla"),
-            ("sequences_per_sec", "seq/s"), ("tokens_per_sec", "tokens/s"),
-            ("step_ms_median", "step ms (median)"), ("ratio_vs_peer_fp32", "x peer fp32"),
-            ("train_flops_per_step", "FLOPs/step (App. E)"),
-            ("achieved_gflops", "GFLOP/s (App. E)"),
-            ("achieved_gflops_executed", "GFLOP/s (executed)"),
-            ("paper_formula_gflops", "GFLOP/s (official formula)"),
-            ("fraction_of_limit", "of limit"), ("load_before", "load")]))
+              f"embeddings ({flops['appendix_e']:.3e} FLOPs/step); executed = the peer's "
+              f"convention ({flops['executed']:.3e}); {common.THROUGHPUT_TABLE_NOTE}")
+        print(common.throughput_table(
+            rows, (("paper_formula_gflops", "GFLOP/s (official formula)"),)))
         print(f"\ninput pipeline alone: {pipeline['batches_per_sec']} batches/s "
               f"({pipeline['cpu_ms_per_batch']} CPU-ms each) = "
               f"{pipeline_row['pipeline_over_step']}x the fastest step ({fastest.name})")
