@@ -132,36 +132,47 @@ def measure_input_pipeline(files: list[str], batch: int, seq: int, batches: int 
             "cpu_ms_per_batch": round((common.cpu_seconds() - cpu) / batches * 1e3, 3)}
 
 
-def run_curve(args, work: str) -> list[dict]:
-    """A short run on real text: float32, bfloat16 (same seed) and float32 with another seed."""
+def real_text_files(work: str, seq_len: int) -> list[str] | None:
+    """tfrecords of the first 2 files of the shared corpus under `work` (None without it)."""
     from pretrain.builder import dataset_builder
     corpus = os.path.join(common.SHARED, "data", "pretrain_corpus")
     vocab = os.path.join(common.SHARED, "data", "vocab", "bert-uncased-vocab.txt")
     if not os.path.isdir(corpus):
         print(f"# curve skipped: no corpus at {corpus}")
-        return []
+        return None
     corpus_dir = os.path.join(work, "corpus")
     os.makedirs(corpus_dir)
     for name in sorted(os.listdir(corpus))[:2]:
         os.symlink(os.path.join(corpus, name), os.path.join(corpus_dir, name))
     out = os.path.join(work, "real", "pretrain_tfrecords")
     dataset_builder.build_dataset(dataset_builder.BuildConfig(
-        corpus_dir=corpus_dir, output_dir=out, vocab_file=vocab, max_seq_length=args.seq_len,
+        corpus_dir=corpus_dir, output_dir=out, vocab_file=vocab, max_seq_length=seq_len,
         num_out_files=2, eval_fraction=0.0, show_progress=False, log=lambda m: None))
-    files = sorted(os.path.join(out, f) for f in os.listdir(out) if "tfrecord" in f)
+    return sorted(os.path.join(out, f) for f in os.listdir(out) if "tfrecord" in f)
+
+
+def curve_hparams(args, dtype: str, seed: int) -> dict:
+    """A short run that learns (bias-corrected Adam, 10 warm-up steps) on real text."""
+    return config_hparams(args.size, args.batch, args.seq_len, dtype, False, seed=seed,
+                          num_warmup_steps=10, adam_bias_correction=True,
+                          lr_decay_after_warmup=True, num_train_steps=max(100, args.curve_steps))
+
+
+def train_losses(trainer, files: list[str], steps: int) -> list[float]:
+    iterator = trainer.train_iterator(files)
+    return [trainer.train_steps(iterator, 1).metrics["loss"] for _ in range(steps)]
+
+
+def run_curve(args, work: str) -> list[dict]:
+    """A short run on real text: float32, bfloat16 (same seed) and float32 with another seed."""
+    files = real_text_files(work, args.seq_len)
+    if files is None:
+        return []
     runs = [("float32", 0), ("bfloat16", 0), ("float32", 1)]
     curves = {}
     for dtype, seed in runs:
-        hparams = config_hparams(args.size, args.batch, args.seq_len, dtype, False, seed=seed,
-                                 num_warmup_steps=10, adam_bias_correction=True,
-                                 lr_decay_after_warmup=True,
-                                 num_train_steps=max(100, args.curve_steps))
-        trainer = build_trainer(os.path.join(work, "real"), hparams)
-        iterator = trainer.train_iterator(files)
-        losses = []
-        for _ in range(args.curve_steps):
-            result = trainer.train_steps(iterator, 1)
-            losses.append(result.metrics["loss"])
+        trainer = build_trainer(os.path.join(work, "real"), curve_hparams(args, dtype, seed))
+        losses = train_losses(trainer, files, args.curve_steps)
         curves[(dtype, seed)] = losses
         print(f"# curve {dtype} seed {seed}: " + " ".join(f"{x:.2f}" for x in losses),
               flush=True)

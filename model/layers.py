@@ -3,7 +3,15 @@
 Variables are float32 and carry their full checkpoint name (e.g. "electra/encoder/layer_0/
 attention/self/query/kernel"); math runs in the dtype of the incoming activations, so a bfloat16
 or float16 forward pass uses float32 master weights.
+
+The elementwise work between two matmuls (bias + activation; dropout + residual + LayerNorm;
+scale + mask + softmax + dropout) is compiled by XLA, one fused pass over memory per block, while
+the matmuls stay in the graph, where oneDNN runs them faster than XLA's CPU dots. Graph mode runs
+every elementwise op as its own pass over a [B*L, H] tensor, and those passes took about half of
+a step (BENCHMARKS.md, "Speed levers"). Dropout's random numbers are drawn outside the blocks
+(`_random_bits`).
 """
+import functools
 import math
 import zlib
 
@@ -64,11 +72,88 @@ class SeedStream:
         return tf.random.experimental.stateless_fold_in(self._seed, self._count, alg=RNG_ALG)
 
 
-def dropout(x: tf.Tensor, rate: float, seeds: SeedStream | None, training: bool) -> tf.Tensor:
+# False runs the elementwise blocks as plain graph ops, as before they were fused
+# (benchmarks/ab_step.py measures what the fusion gains). Read when a step is traced.
+FUSE_ELEMENTWISE = True
+
+
+def _xla(fn):
+    """An elementwise block compiled by XLA into one kernel (module docstring)."""
+    compiled = tf.function(fn, jit_compile=True, autograph=False)
+
+    @functools.wraps(fn)
+    def run(*args):
+        return (compiled if FUSE_ELEMENTWISE else fn)(*args)
+
+    return run
+
+
+# Dropout keeps a unit when 16 random bits are >= round(rate * 2**16): a drop probability
+# within 8e-6 of `rate` (0.100006 for 0.1) from half the random numbers float uniforms take;
+# generating them was a tenth of a pre-training step. 32: float32 uniforms >= rate, exactly
+# `rate` as the official code. Read when a step is traced.
+DROPOUT_MASK_BITS = 16
+
+
+def _random_bits(shape, seeds: SeedStream | None, training: bool, rate: float):
+    """The random numbers of one dropout mask over `shape` (None when dropout is off), drawn
+    by TensorFlow's Philox kernel outside the fused blocks: XLA's own generator ran 2.5x
+    slower on this CPU."""
     if not training or rate <= 0.0:
+        return None
+    if DROPOUT_MASK_BITS == 32:
+        return tf.random.stateless_uniform(shape, seed=seeds.next(), alg=RNG_ALG)
+    count = (tf.reduce_prod(shape) + 1) // 2  # two 16-bit numbers per uint32
+    return tf.random.stateless_uniform(tf.reshape(count, [1]), seed=seeds.next(), minval=None,
+                                       maxval=None, dtype=tf.uint32, alg=RNG_ALG)
+
+
+def _dropout(x: tf.Tensor, rate: float, bits) -> tf.Tensor:
+    """Inverted dropout with the numbers of `_random_bits` (None: off)."""
+    if bits is None:
         return x
-    keep = tf.random.stateless_uniform(tf.shape(x), seed=seeds.next(), alg=RNG_ALG) >= rate
+    if bits.dtype == tf.uint32:
+        halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:tf.size(x)]
+        keep = tf.reshape(halves >= int(round(rate * 65536)), tf.shape(x))
+    else:
+        keep = bits >= rate
     return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
+
+
+_compiled_dropout = _xla(_dropout)
+
+
+def dropout(x: tf.Tensor, rate: float, seeds: SeedStream | None, training: bool) -> tf.Tensor:
+    bits = _random_bits(tf.shape(x), seeds, training, rate)
+    return x if bits is None else _compiled_dropout(x, rate, bits)
+
+
+@_xla
+def _dropout_add_norm(y, residual, gamma, beta, epsilon: float, rate: float, bits):
+    z = tf.cast(_dropout(y, rate, bits) + residual, tf.float32)
+    return tf.cast(layer_norm(z, gamma, beta, epsilon), residual.dtype)
+
+
+def dropout_add_norm(y: tf.Tensor, residual: tf.Tensor, norm: "LayerNorm", rate: float,
+                     seeds: SeedStream | None, training: bool) -> tf.Tensor:
+    """norm(dropout(y) + residual): the end of each Transformer sub-layer, one fused block."""
+    return _dropout_add_norm(y, residual, norm.gamma, norm.beta, norm.epsilon, rate,
+                             _random_bits(tf.shape(y), seeds, training, rate))
+
+
+@_xla
+def _attention_probs(scores, attention_bias, scale: float, rate: float, bits):
+    # Softmax in float32: bfloat16 has too few mantissa bits for long rows of exponentials.
+    probs = tf.nn.softmax(tf.cast(scores, tf.float32) * scale + attention_bias, axis=-1)
+    return _dropout(tf.cast(probs, scores.dtype), rate, bits)
+
+
+def attention_probs(scores: tf.Tensor, attention_bias: tf.Tensor, scale: float, rate: float,
+                    seeds: SeedStream | None, training: bool) -> tf.Tensor:
+    """dropout(softmax(scores * scale + attention_bias)) over the last axis, one fused block;
+    scores [B, N, L, L] in the compute dtype, attention_bias float32, broadcastable."""
+    return _attention_probs(scores, attention_bias, scale, rate,
+                            _random_bits(tf.shape(scores), seeds, training, rate))
 
 
 def gelu(x: tf.Tensor) -> tf.Tensor:
@@ -120,8 +205,14 @@ class Dense(tf.Module):
             y = tf.matmul(x, kernel)
         else:
             y = tf.tensordot(x, kernel, axes=1)
-        y = tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))
-        return self.activation(y) if self.activation is not None else y
+        if self.activation is not None:
+            return _bias_activation(y, self.bias, self.activation)
+        return tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))  # oneDNN fuses it into the matmul
+
+
+@_xla
+def _bias_activation(y, bias, activation):
+    return activation(tf.nn.bias_add(y, tf.cast(bias, y.dtype)))
 
 
 class LayerNorm(tf.Module):
@@ -134,8 +225,13 @@ class LayerNorm(tf.Module):
         self.epsilon = epsilon
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        y = layer_norm(tf.cast(x, tf.float32), self.gamma, self.beta, self.epsilon)
-        return tf.cast(y, x.dtype)
+        return _layer_norm_as(x, self.gamma, self.beta, self.epsilon)
+
+
+@_xla
+def _layer_norm_as(x, gamma, beta, epsilon: float):
+    """layer_norm in float32, the result in x's dtype."""
+    return tf.cast(layer_norm(tf.cast(x, tf.float32), gamma, beta, epsilon), x.dtype)
 
 
 def layer_norm(x: tf.Tensor, gamma, beta, epsilon: float) -> tf.Tensor:

@@ -221,19 +221,16 @@ class TransformerLayer(tf.Module):
         q = split_heads(self.query(x))
         k = split_heads(self.key(x))
         v = split_heads(self.value(x))
-        scores = tf.matmul(q, k, transpose_b=True) * tf.cast(1.0 / d ** 0.5, x.dtype)
-        # Softmax in float32: bfloat16 has too few mantissa bits for long rows of exponentials.
-        probs = tf.nn.softmax(tf.cast(scores, tf.float32) + attention_bias, axis=-1)
-        probs = layers.dropout(tf.cast(probs, x.dtype), self.config.attention_probs_dropout_prob,
-                               seeds, training)
+        probs = layers.attention_probs(tf.matmul(q, k, transpose_b=True), attention_bias,
+                                       1.0 / d ** 0.5, self.config.attention_probs_dropout_prob,
+                                       seeds, training)
         context = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]),
                              [batch_size * seq_len, n * d])
-        attn = layers.dropout(self.attention_output(context), self.config.hidden_dropout_prob,
-                              seeds, training)
-        x = self.attention_norm(attn + x)
+        rate = self.config.hidden_dropout_prob
+        x = layers.dropout_add_norm(self.attention_output(context), x, self.attention_norm, rate,
+                                    seeds, training)
         ffn = self.output_dense(self.intermediate(x))
-        ffn = layers.dropout(ffn, self.config.hidden_dropout_prob, seeds, training)
-        return self.output_norm(ffn + x)
+        return layers.dropout_add_norm(ffn, x, self.output_norm, rate, seeds, training)
 
 
 class _FixedSeeds:

@@ -38,12 +38,15 @@ def _encoder_loss_and_grads(recompute: bool, dtype: str = "float32"):
 def test_recomputed_layers_give_the_same_loss_and_gradients():
     loss, grads = _encoder_loss_and_grads(False)
     loss_rc, grads_rc = _encoder_loss_and_grads(True)
-    # The same computation; the recomputed layers run in their own function, where Grappler may
-    # fuse (and so round) differently: equal to float32 rounding.
+    # The same computation; the recomputed layers run in their own function, where Grappler and
+    # XLA (the fused elementwise blocks) may fuse (and so round) differently: equal to float32
+    # rounding of sums, relative to the largest term of the tensor (an embedding gradient
+    # element of -0.3097 next to elements of 115 differed by 2e-5).
     assert loss_rc == pytest.approx(loss, rel=1e-6)
     assert grads.keys() == grads_rc.keys() and len(grads) > 10
     for name, grad in grads.items():
-        np.testing.assert_allclose(grads_rc[name], grad, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(grads_rc[name], grad, rtol=1e-5,
+                                   atol=1e-6 * max(1.0, np.abs(grad).max()), err_msg=name)
         assert np.abs(grad).max() > 0, name
 
 
