@@ -212,3 +212,56 @@ def test_layer_norm_written_out_gradient_equals_automatic_differentiation(dtype)
     tol = 1e-5 if dtype == tf.float32 else 1e-2
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.fixture
+def layer_settings():
+    """Restores model.layers' speed settings a test changes."""
+    from model import layers
+    saved = layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS
+    yield layers
+    layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS = saved
+
+
+@pytest.mark.parametrize("bits", [16, 32])
+def test_dropout_masks_drop_the_rate_and_scale_the_rest(layer_settings, bits):
+    layers = layer_settings
+    layers.DROPOUT_MASK_BITS = bits
+    x = tf.ones([64, 1024])
+    out = tf.function(lambda x, seed: layers.dropout(x, 0.1, layers.SeedStream(seed), True))(
+        x, tf.constant([3, 4]))
+    kept = out.numpy() > 0
+    # 65,536 units: the kept share is 0.9 within 4 standard deviations (0.0047).
+    assert abs(kept.mean() - 0.9) < 0.005
+    np.testing.assert_allclose(out.numpy()[kept], 1.0 / 0.9, rtol=1e-6)
+    assert np.all(out.numpy()[~kept] == 0.0)
+    # 16-bit numbers: two per uint32, both halves used (no column kept at a different rate).
+    assert abs(kept[:, 0::2].mean() - kept[:, 1::2].mean()) < 0.01
+
+
+def test_fused_blocks_compute_what_the_plain_graph_ops_compute(layer_settings):
+    """The XLA-compiled elementwise blocks against the same code as plain graph ops: the same
+    dropout masks (drawn outside the blocks), values and gradients up to float32 rounding."""
+    layers = layer_settings
+    model = tiny_model(seed=2)
+    inputs = batch([[2, 5, 6, 3, 9, 0], [2, 4, 3, 0, 0, 0]])
+    weights = tf.random.stateless_normal([2, 6, 32], seed=[4, 5])
+
+    def loss_and_grads(fuse):
+        layers.FUSE_ELEMENTWISE = fuse
+
+        @tf.function
+        def step(seed):
+            with tf.GradientTape() as tape:
+                out = model(*inputs, training=True, seed=seed).sequence_output
+                loss = tf.reduce_sum(out * weights)
+            return loss, tape.gradient(loss, model.trainable_variables)
+
+        return step(tf.constant([7, 8]))
+
+    loss, grads = loss_and_grads(True)
+    plain_loss, plain_grads = loss_and_grads(False)
+    assert float(loss) == pytest.approx(float(plain_loss), rel=1e-5)
+    for got, want in zip(grads, plain_grads):
+        got, want = tf.convert_to_tensor(got).numpy(), tf.convert_to_tensor(want).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
