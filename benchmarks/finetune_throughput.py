@@ -77,13 +77,11 @@ def build_runner(work: str, size: str, batch: int, seq: int, dtype: str, xla: bo
 class Ours:
     def __init__(self, work: str, size: str, batch: int, seq: int, dtype: str, xla: bool,
                  warmup: int):
-        import tensorflow as tf
         self.name = f"{dtype}{' xla' if xla else ''}"
         self.dtype, self.xla = dtype, xla
         self.runner = build_runner(work, size, batch, seq, dtype, xla)
-        self.train_fn = self.runner._build_train_fn()  # pylint: disable=protected-access
+        self.engine = self.runner.engine
         self.iterator = iter(synthetic_dataset(batch, seq, 2))
-        self.one = tf.constant(1, tf.int32)
         start = time.perf_counter()
         self._step()
         self.first_step_s = time.perf_counter() - start
@@ -93,8 +91,7 @@ class Ours:
         self.rounds: list[tuple[list[float], float]] = []  # (step times, matmul limit)
 
     def _step(self) -> float:
-        loss, _ = self.train_fn(self.iterator, self.one)
-        return float(loss)
+        return float(self.engine.run(self.iterator, 1).sums["loss"])
 
     def time_steps(self, steps: int, load: float, limit: float) -> None:
         self.loads.append(load)
@@ -150,8 +147,9 @@ def main() -> None:
                "dtype": ours.dtype, "xla": ours.xla, "batch": args.batch,
                "seq_len": args.seq_len, "threads": args.threads}
         row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, ours.rounds))
+        loop_fn = ours.engine._loop_fn  # pylint: disable=protected-access
         row.update(first_step_s=round(ours.first_step_s, 1), load_before=ours.loads,
-                   traces=ours.train_fn.experimental_get_tracing_count(),
+                   traces=loop_fn.experimental_get_tracing_count(),
                    last_loss=round(ours.last_loss, 4))
         row.update(common.peer_comparison(row["sequences_per_sec"], args.batch, ours.rounds,
                                           peer_rows))
