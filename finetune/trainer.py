@@ -227,15 +227,7 @@ class ModelRunner:
                     steps = self.engine.run(iterator, n, preemption.deadline(
                         last_save_time, config.save_checkpoints_secs))
                     step, n = self.global_step, steps.ran
-                    # The block's mean loss; after a non-finite step (not applied), its own.
-                    loss, checked_step = steps.sums["loss"] / np.float32(max(steps.counted, 1)), step
-                    if not steps.finite:
-                        loss, checked_step = steps.last["loss"], step + 1
-                    values = {"loss": float(loss) / data.batch_size,
-                              "grad_norm": float(steps.last["global_norm"]),
-                              "learning_rate": float(self.optimizer.learning_rate())}
-                    if self.float16:
-                        values["loss_scale"] = float(self.engine.scaling.scale.numpy())
+                    values, checked_step = self._block_values(steps)
                     try:
                         training_utils.check_finite(values, checked_step, f" (trial {self.trial})")
                     except training_utils.NonFiniteError as e:
@@ -250,8 +242,8 @@ class ModelRunner:
                             preemption.requested():
                         progress.close()
                         self._stop_for_preemption(saved_step)
-                    if (step % save_every == 0 or steps.stop_reason == preemption.StopReason.TIMED) \
-                            and step < self.train_steps:
+                    timed = steps.stop_reason == preemption.StopReason.TIMED
+                    if (step % save_every == 0 or timed) and step < self.train_steps:
                         self.save()
                         saved_step, last_save_time = step, time.time()
                 progress.close()
@@ -260,6 +252,20 @@ class ModelRunner:
                     saved_step, last_save_time = step, time.time()
         finally:
             summaries.close()
+
+    def _block_values(self, steps: step_engine.Steps) -> tuple[dict[str, float], int]:
+        """The logged values of a block of steps and the step they describe: the block's mean
+        loss at the current step, or after a non-finite step (not applied) that step's own."""
+        step = self.global_step
+        loss = steps.sums["loss"] / np.float32(max(steps.counted, 1))
+        if not steps.finite:
+            loss, step = steps.last["loss"], step + 1
+        values = {"loss": float(loss) / self.train_data.batch_size,
+                  "grad_norm": float(steps.last["global_norm"]),
+                  "learning_rate": float(self.optimizer.learning_rate())}
+        if self.float16:
+            values["loss_scale"] = float(self.engine.scaling.scale.numpy())
+        return values, step
 
     def _stop_for_preemption(self, saved_step: int) -> None:
         """After a signal: saves the trial unless its newest checkpoint is at this step, then

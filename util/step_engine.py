@@ -53,11 +53,12 @@ class StepEngine:
         checkpoints always held it, 1.0); otherwise only with float16.
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy, optimizer, variables: Sequence[tf.Variable],
-                 *, inputs_fn: Callable, loss_fn: Callable, metric_names: Sequence[str],
-                 float16: bool, state_prefix: str, accumulation_steps: int = 1,
-                 use_xla: bool = False, mean_over_replicas: bool = False,
-                 count_skipped_steps: bool = False, always_save_loss_scale: bool = False):
+    def __init__(self, strategy: tf.distribute.Strategy, optimizer,
+                 variables: Sequence[tf.Variable], *, inputs_fn: Callable, loss_fn: Callable,
+                 metric_names: Sequence[str], float16: bool, state_prefix: str,
+                 accumulation_steps: int = 1, use_xla: bool = False,
+                 mean_over_replicas: bool = False, count_skipped_steps: bool = False,
+                 always_save_loss_scale: bool = False):
         self.strategy, self.optimizer, self.variables = strategy, optimizer, list(variables)
         self.inputs_fn, self.loss_fn = inputs_fn, loss_fn
         self.metric_names = tuple(metric_names) + ("global_norm",)
