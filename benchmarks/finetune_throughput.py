@@ -81,14 +81,11 @@ def build_runner(work: str, size: str, batch: int, seq: int, dtype: str, xla: bo
 class Ours:
     def __init__(self, work: str, size: str, batch: int, seq: int, dtype: str, xla: bool,
                  warmup: int):
-        import tensorflow as tf
         self.name = f"{dtype}{' xla' if xla else ''}"
         self.dtype, self.xla = dtype, xla
         self.runner = build_runner(work, size, batch, seq, dtype, xla)
-        self.train_fn = self.runner._build_train_fn()  # pylint: disable=protected-access
+        self.engine = self.runner.engine
         self.iterator = iter(synthetic_dataset(batch, seq, 2))
-        self.one = tf.constant(1, tf.int32)
-        self.no_deadline = tf.constant(float("inf"), tf.float64)  # no time-based checkpoint
         start = time.perf_counter()
         self._step()
         self.first_step_s = time.perf_counter() - start
@@ -99,8 +96,7 @@ class Ours:
         self.limits: list[dict[str, float]] = []  # per round: both limits (common.block_start)
 
     def _step(self) -> float:
-        loss, _, _, _ = self.train_fn(self.iterator, self.one, self.no_deadline)
-        return float(loss)
+        return float(self.engine.run(self.iterator, 1).sums["loss"])
 
     def time_steps(self, steps: int, load: float, limits: dict[str, float]) -> None:
         """One round: `steps` timed steps; limits: both matmul limits measured just before."""
@@ -157,8 +153,9 @@ def main() -> None:
                "dtype": ours.dtype, "xla": ours.xla, "batch": args.batch,
                "seq_len": args.seq_len, "threads": args.threads}
         row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, ours.rounds))
+        loop_fn = ours.engine._loop_fn  # pylint: disable=protected-access
         row.update(first_step_s=round(ours.first_step_s, 1), load_before=ours.loads,
-                   traces=ours.train_fn.experimental_get_tracing_count(),
+                   traces=loop_fn.experimental_get_tracing_count(),
                    last_loss=round(ours.last_loss, 4), **common.limit_fields(ours.limits))
         row.update(common.peer_comparison(row["sequences_per_sec"], args.batch, ours.rounds,
                                           peer_rows))

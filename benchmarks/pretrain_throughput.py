@@ -261,7 +261,7 @@ def main() -> None:
             row["cpu_ms_per_step_median"] = round(statistics.median(ours.cpu) * 1e3, 1)
             row["first_step_s"] = round(ours.first_step_s, 1)
             # 1 = the whole train loop was traced once and never again (no retracing).
-            loop_fn = ours.trainer._train_loop_fn  # pylint: disable=protected-access
+            loop_fn = ours.trainer.engine._loop_fn  # pylint: disable=protected-access
             row["traces"] = loop_fn.experimental_get_tracing_count()
             row["load_before"] = ours.loads
             row.update(common.limit_fields(ours.limits))

@@ -8,7 +8,8 @@ functions of (seed, step), so a resumed trial takes the same steps an uninterrup
 The step follows the official release: loss = SUM over the batch of each row's own-task loss
 (one replica). With several replicas each sums its share and the gradients are averaged, as the
 official TPU CrossShardOptimizer does. AdamW with warm-up + linear decay and layer-wise learning
-rates comes from model/optimization.py.
+rates comes from model/optimization.py; the step around the model's loss (float16 loss scaling,
+the all-reduce, the finite check, the update, the loop) from util/step_engine.py.
 """
 import logging
 import math
@@ -29,8 +30,8 @@ from util import distribution
 from util import io_utils
 from util import preemption
 from util import resume
+from util import step_engine
 from util import training_utils
-from util.loss_scale import DynamicLossScale
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,7 @@ class ModelRunner:
         self.float16 = config.compute_dtype == "float16"
         with self.strategy.scope():
             self.model = finetuning_model.FinetuningModel(config, tasks, seed=self.seed)
-            # float16 only: bfloat16 has float32's range (util/loss_scale.py).
-            self.scaling = DynamicLossScale(STATE_PREFIX) if self.float16 else None
-            self.optimizer = None
+            self.optimizer = self.engine = None
             if config.do_train:
                 self.optimizer = optimization.create_optimizer(
                     self.model.trainable_variables, config.learning_rate, self.train_steps,
@@ -100,8 +99,12 @@ class ModelRunner:
                     bias_correction=config.adam_bias_correction,
                     decay_after_warmup=config.lr_decay_after_warmup,
                     official_layerwise=config.layerwise_lr_decay_official)
+                self.engine = step_engine.StepEngine(
+                    self.strategy, self.optimizer, self.model.trainable_variables,
+                    inputs_fn=self._step_inputs, loss_fn=self._loss, metric_names=("loss",),
+                    float16=self.float16, state_prefix=STATE_PREFIX, use_xla=self.use_xla,
+                    mean_over_replicas=True, count_skipped_steps=True)
         self.manager = checkpoint.CheckpointManager(self.model_dir, max_to_keep=1)
-        self._train_fn = None
         self._predict_fn = None
         self._restored_step = 0
 
@@ -114,12 +117,9 @@ class ModelRunner:
         return self._restored_step  # evaluation only: the step of the restored checkpoint
 
     def _state_variables(self) -> dict[str, tf.Variable]:
-        variables = list(self.model.variables)
-        if self.optimizer is not None:
-            variables += list(self.optimizer.variables)
-        if self.float16:
-            variables += self.scaling.variables
-        return checkpoint.by_name(variables)
+        if self.engine is None:  # evaluation only
+            return checkpoint.by_name(self.model.variables)
+        return self.engine.checkpoint_variables(self.model.variables)
 
     def check_settings(self) -> None:
         """Refuses to resume a trial directory that was trained with other settings."""
@@ -177,71 +177,22 @@ class ModelRunner:
 
     # -- training ---------------------------------------------------------------------------------
 
-    def _build_train_fn(self):
-        model, optimizer, strategy = self.model, self.optimizer, self.strategy
-        variables = list(model.trainable_variables)
-        base_seed = tf.constant(self.seed, tf.int64)
-        total_steps = float(self.train_steps)
-        replicas = strategy.num_replicas_in_sync
+    def _step_inputs(self, features):
+        """Per replica: the dropout seed, a function of (seed, step, replica), and the progress
+        through training (some heads anneal with it)."""
+        step = self.optimizer.global_step.read_value()
+        seed = tf.stack([tf.constant(self.seed, tf.int64), step])
+        if self.strategy.num_replicas_in_sync > 1:
+            seed = tf.random.experimental.stateless_fold_in(
+                seed, tf.distribute.get_replica_context().replica_id_in_sync_group)
+        return features, (seed, tf.cast(step, tf.float32) / float(self.train_steps))
 
-        float16, scaling = self.float16, self.scaling
-
-        @tf.function(jit_compile=self.use_xla)
-        def forward_backward(features, seed, percent_done, scale):
-            with tf.GradientTape() as tape:
-                loss, _ = model(features, training=True, seed=seed, percent_done=percent_done)
-                scaled = loss * scale
-            grads = tape.gradient(scaled, variables)
-            return loss, [None if g is None else g / scale for g in grads]
-
-        def skip_step():
-            # The step still counts (schedule and data order stay tied to global_step).
-            optimizer.global_step.assign_add(1)
-            return tf.constant(0.0)
-
-        def replica_step(features):
-            step = optimizer.global_step.read_value()
-            seed = tf.stack([base_seed, step])  # dropout masks: a function of (seed, step)
-            context = tf.distribute.get_replica_context()
-            if replicas > 1:
-                seed = tf.random.experimental.stateless_fold_in(
-                    seed, context.replica_id_in_sync_group)
-            percent_done = tf.cast(step, tf.float32) / total_steps
-            scale = scaling.scale.read_value() if float16 else tf.constant(1.0)
-            loss, grads = forward_backward(features, seed, percent_done, scale)
-            if replicas > 1:
-                grads = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
-            if not float16:
-                return loss, optimizer.apply(grads, variables)
-            # Overflowed float16 gradients: skip the update, halve the scale.
-            finite = training_utils.all_finite(grads)
-            grad_norm = tf.cond(finite, lambda: optimizer.apply(grads, variables), skip_step)
-            scaling.update(finite)
-            return loss, grad_norm
-
-        @tf.function
-        def train_steps(iterator, num_steps, deadline):
-            # Ends early after the step during which a stop was requested or the wall clock
-            # passed `deadline` (util/preemption.py; every worker agrees on the step).
-            total = tf.constant(0.0)
-            grad_norm = tf.constant(0.0)
-            ran = tf.constant(0)
-            stop = tf.constant(preemption.StopReason.NONE)
-            while ran < num_steps and stop == preemption.StopReason.NONE:
-                loss, norm = strategy.run(replica_step, args=(next(iterator),))
-                total += strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
-                grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
-                ran += 1
-                with tf.control_dependencies([total]):
-                    stop = preemption.stop_code(strategy, deadline)
-            return total / tf.cast(tf.maximum(ran, 1), tf.float32), grad_norm, ran, stop
-
-        return train_steps
+    def _loss(self, features, micro_batch, seed, percent_done):
+        loss, _ = self.model(features, training=True, seed=seed, percent_done=percent_done)
+        return loss, tf.reshape(loss, [1])
 
     def train(self) -> None:
         """Trains to `train_steps`, one progress bar per epoch, checkpointing as it goes."""
-        if self._train_fn is None:
-            self._train_fn = self._build_train_fn()
         config, data = self.config, self.train_data
         steps_per_epoch = data.steps_per_epoch
         n_epochs = math.ceil(self.train_steps / steps_per_epoch)
@@ -273,19 +224,12 @@ class ModelRunner:
                     if preemption.requested():
                         self._stop_for_preemption(saved_step)
                     n = min(block, epoch_end - step, save_every - step % save_every)
-                    mean_loss, grad_norm, ran, stop = self._train_fn(
-                        iterator, tf.constant(n, tf.int32), tf.constant(
-                            preemption.deadline(last_save_time, config.save_checkpoints_secs),
-                            tf.float64))
-                    step = self.global_step
-                    n = int(ran)
-                    values = {"loss": float(mean_loss) / data.batch_size,
-                              "grad_norm": float(grad_norm),
-                              "learning_rate": float(self.optimizer.learning_rate())}
-                    if self.float16:
-                        values["loss_scale"] = float(self.scaling.scale.numpy())
+                    steps = self.engine.run(iterator, n, preemption.deadline(
+                        last_save_time, config.save_checkpoints_secs))
+                    step, n = self.global_step, steps.ran
+                    values, checked_step = self._block_values(steps)
                     try:
-                        training_utils.check_finite(values, step, f" (trial {self.trial})")
+                        training_utils.check_finite(values, checked_step, f" (trial {self.trial})")
                     except training_utils.NonFiniteError as e:
                         raise training_utils.NonFiniteError(
                             f"{e}; training stopped. Last good checkpoint: "
@@ -294,11 +238,12 @@ class ModelRunner:
                     progress.update(step - epoch_start, examples=n * data.batch_size,
                                     loss=values["loss"], lr=values["learning_rate"])
                     summaries.scalars(step, values, prefix="train/")
-                    if int(stop) == preemption.StopReason.PREEMPTED or preemption.requested():
+                    if steps.stop_reason == preemption.StopReason.PREEMPTED or \
+                            preemption.requested():
                         progress.close()
                         self._stop_for_preemption(saved_step)
-                    if (step % save_every == 0 or int(stop) == preemption.StopReason.TIMED) \
-                            and step < self.train_steps:
+                    timed = steps.stop_reason == preemption.StopReason.TIMED
+                    if (step % save_every == 0 or timed) and step < self.train_steps:
                         self.save()
                         saved_step, last_save_time = step, time.time()
                 progress.close()
@@ -307,6 +252,20 @@ class ModelRunner:
                     saved_step, last_save_time = step, time.time()
         finally:
             summaries.close()
+
+    def _block_values(self, steps: step_engine.Steps) -> tuple[dict[str, float], int]:
+        """The logged values of a block of steps and the step they describe: the block's mean
+        loss at the current step, or after a non-finite step (not applied) that step's own."""
+        step = self.global_step
+        loss = steps.sums["loss"] / np.float32(max(steps.counted, 1))
+        if not steps.finite:
+            loss, step = steps.last["loss"], step + 1
+        values = {"loss": float(loss) / self.train_data.batch_size,
+                  "grad_norm": float(steps.last["global_norm"]),
+                  "learning_rate": float(self.optimizer.learning_rate())}
+        if self.float16:
+            values["loss_scale"] = float(self.engine.scaling.scale.numpy())
+        return values, step
 
     def _stop_for_preemption(self, saved_step: int) -> None:
         """After a signal: saves the trial unless its newest checkpoint is at this step, then

@@ -10,6 +10,7 @@ import pretrain_fixtures as fx
 import run_pretraining
 from configure_pretraining import PretrainingConfig
 from model import modeling, probing, tokenization
+from pretrain import evaluation
 from util import checkpoint
 from util.hparams import HParamError
 
@@ -195,7 +196,7 @@ def test_pretraining_eval_reports_probes(tmp_path):
     assert {"probe/pos/last", "probe/pos/mean", "probe/sst/last", "probe/sst/mean"} <= set(metrics)
     assert metrics["probe/pos/last"] > 0.5  # word identity decides the tag
     history = json.loads((tmp_path / "data" / "models" / "probed" / "results" /
-                          run_pretraining.HISTORY_FILE).read_text())
+                          evaluation.HISTORY_FILE).read_text())
     assert [h["global_step"] for h in history] == [2, 4]
     assert all("probe/sst/mean" in h for h in history)
     saved = json.loads(open(config.results_json).read())

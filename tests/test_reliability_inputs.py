@@ -34,6 +34,7 @@ import run_pretraining
 import score_text
 from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
+from model import model_dir as model_dir_lib
 from util import checkpoint, distribution, hparams, io_utils
 from util import training_utils as tu
 
@@ -99,7 +100,7 @@ def copy_model(env, data_dir, name="tiny", **hparams) -> str:
     target = os.path.join(data_dir, "models", name)
     shutil.copytree(env.model_dir, target)
     config = PretrainingConfig.from_hparams(name, data_dir, dict(env.hparams, **hparams))
-    io_utils.write_json(os.path.join(target, run_pretraining.CONFIG_FILE), config.to_dict())
+    io_utils.write_json(os.path.join(target, model_dir_lib.PRETRAIN_CONFIG_FILE), config.to_dict())
     return target
 
 

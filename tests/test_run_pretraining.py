@@ -11,7 +11,8 @@ import tensorflow as tf
 import pretrain_fixtures as fx
 import run_pretraining
 from configure_pretraining import PretrainingConfig
-from pretrain import input_pipeline, masking
+from model import model_dir as model_dir_lib
+from pretrain import evaluation, input_pipeline, loop, masking, run_setup
 from pretrain.trainer import Trainer
 from util import checkpoint
 from util import training_utils as tu
@@ -37,7 +38,7 @@ def trained(tmp_path_factory):
 def test_model_dir_is_self_contained(trained):
     config, _ = trained
     d = config.model_dir
-    saved = json.load(open(os.path.join(d, run_pretraining.CONFIG_FILE)))
+    saved = json.load(open(os.path.join(d, model_dir_lib.PRETRAIN_CONFIG_FILE)))
     assert saved["num_train_steps"] == 10 and saved["model_dir"] == d
     bert = json.load(open(os.path.join(d, "bert_config.json")))
     assert {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -83,7 +84,7 @@ def test_eval_results_written_as_json_and_text(trained):
     text = open(config.results_txt).read()
     assert text.startswith("eval at step 10") and "disc_auc = " in text
     history = json.load(open(os.path.join(os.path.dirname(config.results_json),
-                                          run_pretraining.HISTORY_FILE)))
+                                          evaluation.HISTORY_FILE)))
     assert [h["global_step"] for h in history] == [5, 10]
 
 
@@ -96,7 +97,7 @@ def test_rerun_is_a_no_op_and_incompatible_resume_is_refused(trained, caplog):
     after = checkpoint.read_all(config.model_dir)
     assert all(np.array_equal(before[k], after[k]) for k in before)
     bigger = fx.tiny_hparams()["model_hparam_overrides"] | {"hidden_size": 64}
-    with pytest.raises(run_pretraining.IncompatibleResumeError, match="hidden_size"):
+    with pytest.raises(run_setup.IncompatibleResumeError, match="hidden_size"):
         run_pretraining.train_or_eval(_config(config.data_dir, model_hparam_overrides=bigger))
 
 
@@ -142,7 +143,7 @@ def test_non_finite_loss_stops_with_the_step_and_no_update(trained, tmp_path):
     kernel = trainer.model_vars["electra/encoder/layer_0/attention/self/query/kernel"]
     before = kernel.numpy()
     with pytest.raises(tu.NonFiniteError, match="step 1 ") as info:
-        run_pretraining.train(cfg, trainer, files, chief=True)
+        loop.train(cfg, trainer, files, chief=True)
     assert info.value.step == 1 and "loss" in info.value.names
     assert trainer.global_step == 0
     np.testing.assert_array_equal(kernel.numpy(), before)

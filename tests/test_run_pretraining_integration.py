@@ -8,7 +8,7 @@ import os
 import build_pretraining_dataset
 import run_pretraining
 from configure_pretraining import PretrainingConfig
-from pretrain import input_pipeline
+from pretrain import input_pipeline, run_setup
 from pretrain.trainer import Trainer
 
 # 300: with the builder keeping all text (issue 17) the held-out masked-LM accuracy after 200
@@ -38,7 +38,7 @@ def test_tiny_electra_learns_on_real_text(shared_data, tmp_path):
         "lr_decay_after_warmup": True, "num_train_steps": STEPS, "save_checkpoints_steps": STEPS,
         "iterations_per_loop": 50, "do_eval": True, "num_eval_steps": 8, "seed": 0}
     config = PretrainingConfig.from_hparams("tiny", str(data_dir), hparams)
-    untrained = Trainer(config, run_pretraining.load_special_ids(config)).evaluate(
+    untrained = Trainer(config, run_setup.load_special_ids(config)).evaluate(
         input_pipeline.find_files(config.pretrain_tfrecords).eval, config.num_eval_steps)
 
     assert run_pretraining.main(["--data-dir", str(data_dir), "--model-name", "tiny",

@@ -29,6 +29,7 @@ import configure_finetuning  # noqa: E402
 import run_finetuning  # noqa: E402
 import run_pretraining  # noqa: E402
 from finetune import trainer  # noqa: E402
+from pretrain import evaluation  # noqa: E402
 import pretrain_fixtures as fx  # noqa: E402
 from util import checkpoint  # noqa: E402
 
@@ -78,7 +79,7 @@ def pretrain_fingerprint(work: str, name: str, overrides: dict) -> dict:
         raise RuntimeError(f"pre-training {name} exited {code}")
     model_dir = os.path.join(data_dir, "models", "m")
     result = {"tensors": summarize(checkpoint.read_all(model_dir))}
-    history = os.path.join(model_dir, "results", run_pretraining.HISTORY_FILE)
+    history = os.path.join(model_dir, "results", evaluation.HISTORY_FILE)
     if os.path.exists(history):
         with open(history, encoding="utf-8") as f:
             result["eval"] = json.load(f)

@@ -3,7 +3,7 @@
 `split_changes(saved, current, refused)` compares the hparams a run directory was written with
 against the current ones (keys both know: a key added by a later version is no change) and
 splits the differences into refused and allowed ones:
-- pre-training refuses the hparams that define the model (run_pretraining.ARCHITECTURE_KEYS)
+- pre-training refuses the hparams that define the model (pretrain/run_setup.py ARCHITECTURE_KEYS)
   and allows the rest, logged (continued training: more steps, another learning rate);
 - a fine-tuning trial refuses everything that changes what it learns and allows only the
   settings listed in finetune/trainer.py NOT_TRAINING_SETTINGS (batch sizes of evaluation,

@@ -1,0 +1,104 @@
+"""Held-out evaluation of a pre-training run: its data checked up front, the metrics (and linear
+probes, model/probing.py), and the results files.
+
+results/ holds the newest evaluation (`results_json`, `results_txt`) and every evaluation by step
+(HISTORY_FILE), so a resumed run knows whether the eval of its last checkpoint is still owed.
+"""
+import functools
+import logging
+import os
+import time
+
+import tensorflow as tf
+
+from configure_pretraining import PretrainingConfig
+from model import probing, tokenization
+from pretrain import input_pipeline
+from pretrain.trainer import Trainer
+from util import io_utils, record_check
+from util import training_utils as tu
+
+log = logging.getLogger(__name__)
+
+HISTORY_FILE = "unsup_results_history.json"
+
+
+def check_eval_data(config: PretrainingConfig, files: input_pipeline.DataFiles) -> None:
+    """Before any training: the probe data reads, and there is held-out data to evaluate on."""
+    if config.probe_tasks:  # read the probe data now: a bad file stops the run before training
+        _probe_tasks(tuple(sorted(config.probe_tasks.items())), config.probe_train_size)
+    try:
+        available = input_pipeline.count_records(files.eval)
+    except tf.errors.DataLossError as e:
+        raise record_check.damaged_file_error(files.eval, e, "held-out tfrecord file") from None
+    if available == 0 and config.eval_tfrecords:
+        raise ValueError(f"hparam eval_tfrecords={config.eval_tfrecords!r} matches "
+                         f"{'no file' if not files.eval else 'only empty files'}; do_eval and "
+                         "eval_every_steps need held-out data there")
+    if available == 0:
+        raise ValueError("do_eval and eval_every_steps need held-out data: set hparam "
+                         "eval_tfrecords, or build the data with held-out shards "
+                         "(metadata.json 'eval_files')")
+    needed = config.num_eval_steps * config.eval_batch_size
+    if available < needed:
+        log.info("held-out set has %d examples; %d eval batches of %d reuse some of them",
+                 available, config.num_eval_steps, config.eval_batch_size)
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_tasks(probe_tasks: tuple, train_size: int) -> list:
+    """The probe_tasks' data, read once per process (probing.ProbeDataError names file and line)."""
+    return [probing.load_task(name, path, train_size) for name, path in probe_tasks]
+
+
+def probe_metrics(config: PretrainingConfig, trainer: Trainer) -> dict:
+    """{"probe/<task>/<feature>": accuracy} of linear probes on the discriminator's frozen
+    features (model/probing.py); empty without probe_tasks."""
+    if not config.probe_tasks:
+        return {}
+    tasks = _probe_tasks(tuple(sorted(config.probe_tasks.items())), config.probe_train_size)
+    tokenizer = tokenization.build_tokenizer(vocab_file=config.vocab_file,
+                                             do_lower_case=config.do_lower_case)
+    extractor = probing.FeatureExtractor(trainer.model.discriminator_encoder, tokenizer,
+                                         config.max_seq_length)
+    return {f"probe/{key}": value for key, value in probing.run_probes(extractor, tasks).items()}
+
+
+def _history_path(config: PretrainingConfig) -> str:
+    return os.path.join(os.path.dirname(config.results_json), HISTORY_FILE)
+
+
+def write_eval(config: PretrainingConfig, metrics: dict, step: int) -> None:
+    results = dict(metrics, global_step=step)
+    header = f"eval at step {step} on held-out data ({config.num_eval_steps} batches of " \
+             f"{config.eval_batch_size})"
+    tu.write_results(config.results_json, config.results_txt, results, header)
+    history_path = _history_path(config)
+    history = io_utils.read_json(history_path) if os.path.exists(history_path) else []
+    history = [h for h in history if h.get("global_step") != step] + [results]
+    io_utils.write_json(history_path, sorted(history, key=lambda h: h["global_step"]))
+
+
+def has_eval(config: PretrainingConfig, step: int) -> bool:
+    history_path = _history_path(config)
+    if not os.path.exists(history_path):
+        return False
+    return any(h.get("global_step") == step for h in io_utils.read_json(history_path))
+
+
+def run_eval(config: PretrainingConfig, trainer: Trainer, files: list[str], chief: bool,
+             writer: tu.SummaryWriter | None = None) -> dict:
+    """Evaluates the trainer's model on `files`; the chief runs the probes and writes results."""
+    start = time.time()
+    metrics = trainer.evaluate(files, config.num_eval_steps)
+    if chief:  # probes read no distributed data: the chief alone runs them
+        metrics.update(probe_metrics(config, trainer))
+    step = trainer.global_step
+    if chief:
+        write_eval(config, metrics, step)
+        if writer is not None:
+            writer.scalars(step, metrics, prefix="eval/")
+            writer.flush()
+    shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(metrics.items()))
+    log.info("eval at step %d (%s): %s", step, tu.secs_to_str(time.time() - start), shown)
+    return metrics

@@ -1,0 +1,220 @@
+"""Before the first step of a pre-training run: its inputs checked, its model dir resumed or
+initialised.
+
+- `check_run`: all that can be checked before the model is built; `load_special_ids` and
+  `check_data_matches`: the vocabulary and the tfrecords agree with the hparams (a mismatch would
+  fail deep inside tf.data, or index past the embedding table);
+- `restore_or_init`: resumes from the model dir's newest readable checkpoint, refusing another
+  model (ARCHITECTURE_KEYS, util/resume.py) or another vocabulary; else applies init_checkpoint,
+  refusing a fine-tuned one;
+- `prepare_model_dir`: the files beside the checkpoints (resolved config, architecture configs,
+  a copy of the vocabulary).
+"""
+import filecmp
+import logging
+import os
+import shutil
+
+import tensorflow as tf
+
+from configure_pretraining import PretrainingConfig
+from model import model_dir as model_dir_lib
+from model import tokenization
+from pretrain import evaluation, input_pipeline
+from pretrain.masking import SpecialIds
+from pretrain.trainer import Trainer
+from util import checkpoint, io_utils, record_check, resume
+from util import training_utils as tu
+from util.hparams import HParamError
+
+log = logging.getLogger(__name__)
+
+# Hparams whose change makes existing checkpoints a different model: resuming is refused.
+ARCHITECTURE_KEYS = ("model_size", "model_hparam_overrides", "embedding_size", "vocab_size",
+                     "debug", "electra_objective", "uniform_generator", "untied_generator",
+                     "untied_generator_embeddings", "generator_hidden_size", "generator_layers",
+                     "two_tower_generator",
+                     # the objectives of configure_pretraining (pretrain/objectives/)
+                     "replace_mlm", "all_tokens_mlm", "unigram_generator",
+                     "adversarial_generator", "freeze_generator", "electric_objective")
+
+
+class IncompatibleResumeError(ValueError):
+    """The model dir holds checkpoints of a model the current hparams do not describe."""
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+def check_run(config: PretrainingConfig, chief: bool
+              ) -> tuple[SpecialIds, input_pipeline.DataFiles]:
+    """All that can be checked before the model is built: the vocabulary, the tfrecords (and
+    the held-out data when evaluating), the output paths. Returns the special token ids and the
+    data files."""
+    special_ids = load_special_ids(config)
+    files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
+    check_data_matches(config, files)
+    if config.do_eval or (config.do_train and config.eval_every_steps > 0):
+        evaluation.check_eval_data(config, files)
+    checkpoint.check_path(config.model_dir, "model dir")
+    config.check_output_paths(["results_txt", "results_json"], [])
+    if chief and config.do_train:
+        ok, reason = tu.is_writable_dir(config.model_dir)
+        if not ok:
+            raise ValueError(f"cannot write to model dir {config.model_dir}: {reason}")
+    return special_ids, files
+
+
+def load_special_ids(config: PretrainingConfig) -> SpecialIds:
+    """Special token ids from the vocab file; its size must equal hparam vocab_size."""
+    vocab = tokenization.load_vocab(config.vocab_file)
+    if len(vocab) != config.vocab_size:
+        raise HParamError(
+            f"vocab file {config.vocab_file} has {len(vocab)} tokens but hparam vocab_size is "
+            f"{config.vocab_size}; set \"vocab_size\": {len(vocab)} in --hparams")
+    return SpecialIds.from_vocab(vocab, where=f"vocab file {config.vocab_file}")
+
+
+def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFiles) -> None:
+    """Refuses tfrecords built for another max_seq_length or vocabulary size (they would fail
+    deep inside tf.data, or index past the embedding table), naming the file that says so."""
+    directory = os.path.dirname(files.train[0])
+    metadata_path = os.path.join(directory, "metadata.json")
+    if os.path.isfile(metadata_path):
+        metadata = io_utils.read_json(metadata_path)
+        built_sha = metadata.get("vocab_sha256")
+        # Same size is not enough: another vocabulary gives the ids other meanings.
+        if isinstance(built_sha, str) and built_sha != io_utils.sha256_file(config.vocab_file):
+            raise HParamError(
+                f"vocabulary {config.vocab_file} is not the one the tfrecords in {directory} "
+                f"were built with ({metadata.get('vocab_file', '?')}, sha256 {built_sha[:12]}... "
+                f"in {metadata_path}); set \"vocab_file\" to that vocabulary, or rebuild the "
+                "data with this one")
+        for key in ("max_seq_length", "vocab_size"):
+            built, wanted = metadata.get(key), getattr(config, key)
+            if isinstance(built, int) and built != wanted:
+                raise HParamError(
+                    f"the tfrecords in {directory} were built with {key} {built} "
+                    f"({metadata_path}) but hparam {key} is {wanted}; set \"{key}\": {built} "
+                    "or rebuild the data")
+        sizes = metadata.get("shard_bytes")
+        for path in (files.train + files.eval) if isinstance(sizes, dict) else ():
+            expected = sizes.get(os.path.basename(path)) if os.path.dirname(path) == directory \
+                else None
+            if isinstance(expected, int) and os.path.getsize(path) != expected:
+                raise record_check.DamagedRecordFileError(
+                    f"pre-training tfrecord file {path} has {os.path.getsize(path)} bytes but "
+                    f"the build wrote {expected} ({metadata_path}): a truncated or partial copy; "
+                    "copy it again or rebuild the data")
+    first = next((f for f in files.train if os.path.getsize(f) > 0), None)
+    for record in tf.data.TFRecordDataset(first).take(1):
+        example = tf.train.Example.FromString(record.numpy())
+        length = len(example.features.feature["input_ids"].int64_list.value)
+        if length != config.max_seq_length:
+            raise HParamError(
+                f"{first} holds examples of {length} tokens but hparam max_seq_length is "
+                f"{config.max_seq_length}; set \"max_seq_length\": {length} or rebuild the data")
+
+
+# -- the model dir -----------------------------------------------------------------------------
+
+
+def check_resume_compatible(config: PretrainingConfig, saved_path: str) -> list[str]:
+    """Refuses architecture changes against the config saved in the model dir; returns the
+    other hparams that changed (allowed, logged)."""
+    refused, allowed = resume.split_changes(
+        io_utils.read_json(saved_path), config.to_dict(), lambda key: key in ARCHITECTURE_KEYS,
+        ignore=frozenset({"model_name", "data_dir", "model_dir", "do_train", "do_eval"}))
+    if refused:
+        raise IncompatibleResumeError(
+            f"model dir {config.model_dir} holds checkpoints of another model ("
+            f"{'; '.join(refused)}, compared with {saved_path}). Use a new model_name, or pass "
+            "the new model as init_checkpoint from a fresh model dir")
+    return allowed
+
+
+def check_resume_vocab(config: PretrainingConfig) -> None:
+    """Refuses resuming with a vocabulary other than the model dir's copy (the one its
+    checkpoints were trained with), even of the same size: it would be overwritten and the
+    checkpoints left beside a vocabulary they never saw."""
+    saved = tokenization.find_vocab_file(config.model_dir)
+    if saved is None or os.path.abspath(saved) == os.path.abspath(config.vocab_file):
+        return
+    if os.path.basename(saved) != os.path.basename(_vocab_copy_path(config)) or not filecmp.cmp(
+            saved, config.vocab_file, shallow=False):
+        raise IncompatibleResumeError(
+            f"model dir {config.model_dir} holds checkpoints trained with vocabulary {saved}, "
+            f"but vocab_file is {config.vocab_file}, a different one. Resume with "
+            f"\"vocab_file\": \"{saved}\", or use a new model_name for the new vocabulary")
+
+
+def _vocab_copy_path(config: PretrainingConfig) -> str:
+    """Where the model dir keeps its copy of the run's vocabulary."""
+    return os.path.join(config.model_dir, "spm.model" if tokenization.is_sentencepiece_model(
+        config.vocab_file) else "vocab.txt")
+
+
+def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
+    """Writes the resolved config, the architecture configs and a copy of the vocab (chief)."""
+    d = config.model_dir
+    io_utils.write_json(os.path.join(d, model_dir_lib.PRETRAIN_CONFIG_FILE), config.to_dict())
+    io_utils.write_text(os.path.join(d, model_dir_lib.BERT_CONFIG_FILE),
+                        trainer.model.disc_config.to_json_string() + "\n")
+    if trainer.model.generator_config is not None:
+        io_utils.write_text(os.path.join(d, model_dir_lib.GENERATOR_CONFIG_FILE),
+                            trainer.model.generator_config.to_json_string() + "\n")
+    vocab_copy = _vocab_copy_path(config)
+    if os.path.abspath(vocab_copy) != os.path.abspath(config.vocab_file) and not (
+            os.path.exists(vocab_copy) and filecmp.cmp(vocab_copy, config.vocab_file, False)):
+        with open(config.vocab_file, "rb") as src, io_utils.atomic_open(vocab_copy, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def check_init_is_not_finetuned(path: str) -> None:
+    """Refuses a fine-tuning trial as init_checkpoint by name (it used to be reported only as
+    a list of missing variables: it has task heads but no generator or discriminator head)."""
+    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    trial_config = os.path.join(directory, model_dir_lib.FINETUNE_CONFIG_FILE)
+    if not os.path.isfile(trial_config):
+        return
+    settings = io_utils.read_json(trial_config).get("training_settings") or {}
+    source = settings.get("init_checkpoint") if isinstance(settings, dict) else None
+    raise HParamError(
+        f"init_checkpoint {path} is a fine-tuned model ({trial_config}): it has task heads but "
+        "no generator or discriminator head, so pre-training would start those from scratch. "
+        "Give the pre-trained model it was fine-tuned from"
+        + (f" ({source})" if isinstance(source, str) and source else ""))
+
+
+def restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
+    """Resumes from the model dir's newest readable checkpoint, else applies init_checkpoint;
+    returns what it did, for the log."""
+    latest = (checkpoint.latest_valid(config.model_dir, strict=True)
+              if os.path.isdir(config.model_dir) else None)
+    saved_config = os.path.join(config.model_dir, model_dir_lib.PRETRAIN_CONFIG_FILE)
+    if latest is not None:
+        check_resume_vocab(config)
+        if os.path.exists(saved_config):
+            changed = check_resume_compatible(config, saved_config)
+            if changed:
+                log.warning("resuming with changed hparams: %s", "; ".join(changed))
+        trainer.restore(latest)
+        if config.init_checkpoint:
+            log.info("model dir has checkpoints: init_checkpoint %s is ignored",
+                     config.init_checkpoint)
+        return f"resumed from {latest} at step {trainer.global_step}"
+    if config.init_checkpoint:
+        check_init_is_not_finetuned(config.init_checkpoint)
+        report = trainer.init_from(config.init_checkpoint, config.init_checkpoint_keep_step)
+        heads = sorted({n.split("/")[1] for n in report.unused if n.startswith("task_specific/")})
+        if heads and report.missing:
+            raise HParamError(
+                f"init_checkpoint {report.path} is a fine-tuned model (task heads {heads}) "
+                f"without {len(report.missing)} of the pre-training variables (generator, "
+                "discriminator head): give the pre-trained model it was fine-tuned from")
+        if report.missing:
+            log.warning("init_checkpoint lacks %d model variables (kept at their initial values): "
+                        "%s", len(report.missing), ", ".join(report.missing[:10]))
+        return (f"initialised {len(report.restored)} variables from {report.path} "
+                f"(fresh optimizer state, step {trainer.global_step})")
+    return "starting from scratch"
