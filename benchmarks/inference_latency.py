@@ -37,6 +37,9 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     parser = common.arg_parser(__doc__, batch=None)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--plain-blocks", action="store_true",
+                        help="also time XLA-off forwards with the elementwise blocks as plain "
+                             "graph ops (model/layers.py FUSE_ELEMENTWISE false)")
     common.add_round_args(parser, steps=50, warmup=5, xla="both", unit="calls",
                           warmup_help="untimed calls after the first")
     args = parser.parse_args()
@@ -58,26 +61,33 @@ def main() -> None:
 
     configs = []
     dtypes, xlas = common.dtypes_and_xlas(args)
-    for xla in xlas:
-        for dtype in dtypes:
-            config = ft.finetune_config(work, args.size, args.batch, args.seq_len, dtype, xla)
-            config.do_train = False
-            model = finetuning_model.FinetuningModel(config, task_builder.get_tasks(config))
+    from model import layers
+    settings = [(xla, dtype, True) for xla in xlas for dtype in dtypes]
+    if args.plain_blocks:
+        settings += [(False, dtype, False) for dtype in dtypes]
+    for xla, dtype, fused in settings:
+        config = ft.finetune_config(work, args.size, args.batch, args.seq_len, dtype, xla)
+        config.do_train = False
+        model = finetuning_model.FinetuningModel(config, task_builder.get_tasks(config))
 
-            def predict(batch, model=model):
-                _, outputs = model(batch, training=False)
-                return outputs["sst"]["logits"]
+        def predict(batch, model=model):
+            _, outputs = model(batch, training=False)
+            return outputs["sst"]["logits"]
 
-            fn = tf.function(predict, jit_compile=xla)
-            start = time.perf_counter()
+        fn = tf.function(predict, jit_compile=xla)
+        layers.FUSE_ELEMENTWISE = fused  # read while the first call traces
+        start = time.perf_counter()
+        fn(features).numpy()
+        first = time.perf_counter() - start
+        layers.FUSE_ELEMENTWISE = True
+        for _ in range(args.warmup):
             fn(features).numpy()
-            first = time.perf_counter() - start
-            for _ in range(args.warmup):
-                fn(features).numpy()
-            configs.append({"dtype": dtype, "xla": xla, "fn": fn, "first_call_s": first,
-                            "times": [], "round_times": [], "loads": [],
-                            "bert_config": model.bert_config})
-            print(f"# built {dtype}{' xla' if xla else ''}: first call {first:.1f} s", flush=True)
+        configs.append({"dtype": dtype, "xla": xla, "blocks": "fused" if fused else "plain",
+                        "fn": fn, "first_call_s": first,
+                        "times": [], "round_times": [], "loads": [],
+                        "bert_config": model.bert_config})
+        print(f"# built {dtype}{' xla' if xla else ''} ({configs[-1]['blocks']} blocks): "
+              f"first call {first:.1f} s", flush=True)
 
     use_peer = common.use_peer(args.no_peer) and args.size != "base"
     peer_runs = []
@@ -100,7 +110,8 @@ def main() -> None:
     for c in configs:
         med = statistics.median(c["times"])
         row = {"benchmark": "electra_inference_latency", "impl": "ours-tf", "size": args.size,
-               "dtype": c["dtype"], "xla": c["xla"], "batch": args.batch,
+               "dtype": c["dtype"], "xla": c["xla"], "blocks": c["blocks"],
+               "batch": args.batch,
                "seq_len": args.seq_len, "threads": args.threads, "calls_timed": len(c["times"]),
                "latency_ms_median": round(med * 1e3, 2),
                "latency_ms_p90": round(percentile(c["times"], 0.9) * 1e3, 2),
@@ -140,7 +151,8 @@ def main() -> None:
           f"call, {args.threads} threads; x peer latency = the peer's median latency (over "
           f"rounds) / ours: > 1 means we are faster; per round against the same round's peer run")
     print(common.markdown_table([common.display_fields(row, "_latency") for row in rows], [
-        ("impl", "impl"), ("dtype", "dtype"), ("xla", "xla"), ("round", "round"),
+        ("impl", "impl"), ("dtype", "dtype"), ("xla", "xla"), ("blocks", "blocks"),
+        ("round", "round"),
         ("latency_ms_median", "median ms"), ("latency_ms_p90", "p90 ms"),
         ("latency_ms_min", "min ms"),
         *common.comparison_columns(rows, "_latency", " latency"),
