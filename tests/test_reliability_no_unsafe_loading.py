@@ -23,6 +23,9 @@ UNSAFE_BUILTINS = {"eval", "exec", "compile", "__import__", "execfile"}
 ALLOWED = {
     ("tools/kill_resume.py", "runpy.run_path"):
         "runs run_pretraining.py / run_finetuning.py themselves under a kill hook",
+    ("benchmarks/peer_inference_latency.py", "import torch"):
+        "the PyTorch peer's latency probe, run with the peer's own python and never imported by "
+        "the project; it loads no file (random weights) and torch.load stays banned",
 }
 
 
@@ -48,7 +51,8 @@ def _findings(rel, tree) -> list[str]:
         where = f"{rel}:{getattr(node, 'lineno', '?')}"
         if isinstance(node, ast.Import):
             found += [f"{where} imports {a.name}" for a in node.names
-                      if a.name.split(".")[0] in UNSAFE_MODULES]
+                      if a.name.split(".")[0] in UNSAFE_MODULES
+                      and (str(rel), f"import {a.name}") not in ALLOWED]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module.split(".")[0] in UNSAFE_MODULES:
                 found.append(f"{where} imports from {node.module}")
