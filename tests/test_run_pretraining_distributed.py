@@ -110,10 +110,7 @@ def test_same_loss_curve_and_weights_as_one_device(runs, name):
     single_loss, single_norm = _curve(runs["single"])
     loss, norm = _curve(runs[name])
     assert len(single_loss) == STEPS and len(loss) == STEPS
-    # Equal up to float32 rounding, which compounds over the steps: a replica's XLA-fused blocks
-    # (model/layers.py) are compiled for half the batch and may round the last digit otherwise
-    # (step 4 differed by 1.2e-5 relative).
-    np.testing.assert_allclose(loss, single_loss, rtol=5e-5)
+    np.testing.assert_allclose(loss, single_loss, rtol=1e-5)
     np.testing.assert_allclose(norm, single_norm, rtol=1e-4)
     expected = checkpoint.read_all(runs["single"])
     got = checkpoint.read_all(runs[name])
