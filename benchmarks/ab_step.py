@@ -35,9 +35,15 @@ VARIANTS = {
     "graph_elementwise": [("model.layers", "FUSE_ELEMENTWISE", False)],
     # dropout masks from float32 uniforms instead of 16-bit numbers (model/layers.py)
     "float_dropout": [("model.layers", "DROPOUT_MASK_BITS", 32)],
-    # both: the step as it was before issue 19
+    # the fused blocks' math in the activations' dtype instead of float32 (model/layers.py)
+    "block_math_native": [("model.layers", "BLOCK_MATH_FLOAT32", False)],
+    # the AdamW update as graph ops instead of one compiled pass per variable
+    "graph_update": [("model.optimization", "FUSE_UPDATE", False)],
+    # all four: the step as it was before issue 19
     "before": [("model.layers", "FUSE_ELEMENTWISE", False),
-               ("model.layers", "DROPOUT_MASK_BITS", 32)],
+               ("model.layers", "DROPOUT_MASK_BITS", 32),
+               ("model.layers", "BLOCK_MATH_FLOAT32", False),
+               ("model.optimization", "FUSE_UPDATE", False)],
 }
 
 

@@ -59,7 +59,9 @@ def summarise_trace(logdir: str):
                 name = metadata[event.metadata_id].name
                 # Op kernel events are "<op name>:<op type>"; executor and thread-pool events
                 # wrap them (their time would count twice).
-                if ":" not in name or name.startswith(("Iterator::", "ExecutorState")):
+                # ThunkExecutor::Execute runs inside CpuExecutable::ExecuteAsyncOnStream (XLA).
+                if ":" not in name or name.startswith(("Iterator::", "ExecutorState",
+                                                       "ThunkExecutor::")):
                     continue
                 op_name, op_type = name.rsplit(":", 1)
                 if not op_type or " " in op_type:

@@ -9,7 +9,8 @@ scale + mask + softmax + dropout) is compiled by XLA, one fused pass over memory
 the matmuls stay in the graph, where oneDNN runs them faster than XLA's CPU dots. Graph mode runs
 every elementwise op as its own pass over a [B*L, H] tensor, and those passes took about half of
 a step (BENCHMARKS.md, "Speed levers"). Dropout's random numbers are drawn outside the blocks
-(`_random_bits`).
+(`_random_bits`); under bfloat16 or float16 a block computes in float32 and rounds once
+(`BLOCK_MATH_FLOAT32`).
 """
 import functools
 import math
@@ -77,9 +78,24 @@ class SeedStream:
 FUSE_ELEMENTWISE = True
 
 
+# True: a block's math runs in float32 whatever the activations' dtype, rounded to it once at the
+# end. XLA's CPU code computes a bfloat16 op by widening it, computing and rounding it back, op
+# after op: a bfloat16 GELU block took 2.4x as long as the same block in float32 (forward and
+# backward; benchmarks/fused_block.py) and rounded its result at every op. False: the blocks'
+# math in the activations' dtype, as before. No effect in float32. Read when a step is traced.
+BLOCK_MATH_FLOAT32 = True
+
+
+def _math(t: tf.Tensor) -> tf.Tensor:
+    """`t` in the dtype a block computes in (BLOCK_MATH_FLOAT32)."""
+    return tf.cast(t, tf.float32) if BLOCK_MATH_FLOAT32 else t
+
+
 def _xla(fn):
     """An elementwise block compiled by XLA into one kernel (module docstring)."""
-    compiled = tf.function(fn, jit_compile=True, autograph=False)
+    # One compiled function per BLOCK_MATH_FLOAT32 value: each traces under its own value only.
+    compiled = {math32: tf.function(fn, jit_compile=True, autograph=False)
+                for math32 in (True, False)}
 
     @functools.wraps(fn)
     def run(*args):
@@ -87,7 +103,7 @@ def _xla(fn):
         # distribution strategy resolves to one replica's copy, so the other replicas' gradients
         # would not reach theirs (measured: half the gradient norm on 2 replicas).
         args = [tf.convert_to_tensor(a) if isinstance(a, tf.Variable) else a for a in args]
-        return (compiled if FUSE_ELEMENTWISE else fn)(*args)
+        return (compiled[BLOCK_MATH_FLOAT32] if FUSE_ELEMENTWISE else fn)(*args)
 
     return run
 
@@ -117,24 +133,30 @@ def _dropout(x: tf.Tensor, rate: float, bits) -> tf.Tensor:
     if bits is None:
         return x
     if bits.dtype == tf.uint32:
-        halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:tf.size(x)]
-        keep = tf.reshape(halves >= int(round(rate * 65536)), tf.shape(x))
+        # Word j holds the numbers of unit j (low 16 bits) and unit j + len(bits) (high 16
+        # bits); "high half >= t" is "word >= t * 65536": no shift, no bitcast.
+        threshold = int(round(rate * 65536))
+        keep = tf.concat([tf.bitwise.bitwise_and(bits, 0xFFFF) >= threshold,
+                          bits >= threshold << 16], 0)
+        keep = tf.reshape(keep[:tf.size(x)], tf.shape(x))
     else:
         keep = bits >= rate
     return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
 
 
-_compiled_dropout = _xla(_dropout)
+@_xla
+def _dropout_block(x, rate: float, bits):
+    return tf.cast(_dropout(_math(x), rate, bits), x.dtype)
 
 
 def dropout(x: tf.Tensor, rate: float, seeds: SeedStream | None, training: bool) -> tf.Tensor:
     bits = _random_bits(tf.shape(x), seeds, training, rate)
-    return x if bits is None else _compiled_dropout(x, rate, bits)
+    return x if bits is None else _dropout_block(x, rate, bits)
 
 
 @_xla
 def _dropout_add_norm(y, residual, gamma, beta, epsilon: float, rate: float, bits):
-    z = tf.cast(_dropout(y, rate, bits) + residual, tf.float32)
+    z = tf.cast(_dropout(_math(y), rate, bits) + _math(residual), tf.float32)
     return tf.cast(layer_norm(z, gamma, beta, epsilon), residual.dtype)
 
 
@@ -149,7 +171,9 @@ def dropout_add_norm(y: tf.Tensor, residual: tf.Tensor, norm: "LayerNorm", rate:
 def _attention_probs(scores, attention_bias, scale: float, rate: float, bits):
     # Softmax in float32: bfloat16 has too few mantissa bits for long rows of exponentials.
     probs = tf.nn.softmax(tf.cast(scores, tf.float32) * scale + attention_bias, axis=-1)
-    return _dropout(tf.cast(probs, scores.dtype), rate, bits)
+    if not BLOCK_MATH_FLOAT32:
+        probs = tf.cast(probs, scores.dtype)
+    return tf.cast(_dropout(probs, rate, bits), scores.dtype)
 
 
 def attention_probs(scores: tf.Tensor, attention_bias: tf.Tensor, scale: float, rate: float,
@@ -216,7 +240,8 @@ class Dense(tf.Module):
 
 @_xla
 def _bias_activation(y, bias, activation):
-    return activation(tf.nn.bias_add(y, tf.cast(bias, y.dtype)))
+    z = _math(y)
+    return tf.cast(activation(tf.nn.bias_add(z, tf.cast(bias, z.dtype))), y.dtype)
 
 
 class LayerNorm(tf.Module):

@@ -29,6 +29,12 @@ _AGGREGATION = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
 LearningRate = Union[float, Callable[[tf.Tensor], tf.Tensor]]
 
+# True: each variable's update (clipping scale, moments, Adam direction, decay, step) is one
+# XLA-compiled pass over memory instead of a dozen graph ops each reading and writing the whole
+# tensor; the same arithmetic in the same order. False: graph ops (benchmarks/ab_step.py measures
+# the difference). Read when a step is traced.
+FUSE_UPDATE = True
+
 
 # ----------------------------------------------------------------------------------------------
 # Learning-rate schedule
@@ -349,7 +355,8 @@ class AdamWeightDecay(tf.Module):
 
     # -- update ---------------------------------------------------------------------------------
 
-    def apply(self, grads: Sequence[Optional[tf.Tensor]], variables: Sequence[tf.Variable]):
+    def apply(self, grads: Sequence[Optional[tf.Tensor]], variables: Sequence[tf.Variable],
+              global_norm: Optional[tf.Tensor] = None):
         """Clips `grads` by global norm, applies one AdamW update, increments global_step.
 
         Gradients that are None are skipped (their variables and slots are left unchanged), as in
@@ -359,6 +366,8 @@ class AdamWeightDecay(tf.Module):
         Args:
           grads: one gradient (tensor, IndexedSlices or None) per variable.
           variables: the variables to update; all must have been built.
+          global_norm: the global norm of the (dense) gradients when the caller has it
+            already (tf.linalg.global_norm of the same tensors); computed here otherwise.
 
         Returns:
           float32 scalar: the global norm of the gradients before clipping (for logging).
@@ -383,39 +392,37 @@ class AdamWeightDecay(tf.Module):
         if not pairs:
             self.global_step.assign_add(1)
             return tf.constant(0.0, tf.float32)
-        raw = [g for g, _ in pairs]
+        # Dense before the norm and clipping, as the official TPU code (docs/FIDELITY.md).
+        raw = [tf.cast(tf.convert_to_tensor(g), tf.float32) for g, _ in pairs]
+        if global_norm is None:
+            global_norm = tf.linalg.global_norm(raw)
+        # As tf.clip_by_global_norm computes it: a non-finite norm makes the scale NaN.
+        scale = None
         if self.clip_norm is not None:
-            clipped, global_norm = tf.clip_by_global_norm(raw, self.clip_norm)
-        else:
-            clipped, global_norm = raw, tf.linalg.global_norm(raw)
+            one = tf.constant(1.0, tf.float32)
+            scale = (self.clip_norm * tf.minimum(one / global_norm, one / self.clip_norm)
+                     + (global_norm - global_norm))
 
         step = self.global_step.read_value()
         lr = self.learning_rate(step)
+        corrections = None
         if self.bias_correction:
             t = tf.cast(step + 1, tf.float32)  # this update is the t-th, t >= 1
-            correction_1 = 1.0 - tf.pow(self.beta_1, t)
-            correction_2 = 1.0 - tf.pow(self.beta_2, t)
+            corrections = (1.0 - tf.pow(self.beta_1, t), 1.0 - tf.pow(self.beta_2, t))
 
-        for grad, (_, var) in zip(clipped, pairs):
+        update_fn = _compiled_adamw_update if FUSE_UPDATE else _adamw_update
+        for grad, (_, var) in zip(raw, pairs):
             name = checkpoint_name(var)
             m, v = self._slots[name]
-            grad = tf.cast(tf.convert_to_tensor(grad), tf.float32)  # densifies IndexedSlices
-            param = tf.cast(var, tf.float32)
-            next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
-            next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
-            if self.bias_correction:
-                update = (next_m / correction_1) / (
-                    tf.sqrt(next_v / correction_2) + self.epsilon
-                )
-            else:
-                update = next_m / (tf.sqrt(next_v) + self.epsilon)
-            # Decoupled decay: added to the Adam direction, so it never enters m or v.
-            if self._use_weight_decay(name):
-                update += self.weight_decay_rate * param
             var_lr = lr
             if self.lr_multipliers is not None:
                 var_lr = lr * self.lr_multipliers[name]
-            var.assign(tf.cast(param - var_lr * update, var.dtype))
+            decay = self.weight_decay_rate if self._use_weight_decay(name) else None
+            # Values, not variables, enter the compiled function (see model/layers.py _xla).
+            param, next_m, next_v = update_fn(
+                tf.convert_to_tensor(var), tf.convert_to_tensor(m), tf.convert_to_tensor(v),
+                grad, scale, var_lr, corrections, self.beta_1, self.beta_2, self.epsilon, decay)
+            var.assign(tf.cast(param, var.dtype))
             m.assign(next_m)
             v.assign(next_v)
         self.global_step.assign_add(1)
@@ -425,6 +432,29 @@ class AdamWeightDecay(tf.Module):
         """Same as `apply`, taking (gradient, variable) pairs."""
         pairs = list(grads_and_vars)
         return self.apply([g for g, _ in pairs], [v for _, v in pairs])
+
+
+def _adamw_update(param, m, v, grad, scale, lr, corrections, beta_1: float, beta_2: float,
+                  epsilon: float, decay: Optional[float]):
+    """One AdamW update of one variable (AdamWeightDecay's docstring): (param, m, v) after it.
+    `scale`: the clipping factor or None; `corrections`: Adam's bias corrections or None;
+    `decay`: the weight-decay rate, None for excluded variables."""
+    if scale is not None:
+        grad = grad * scale
+    param = tf.cast(param, tf.float32)
+    next_m = beta_1 * m + (1.0 - beta_1) * grad
+    next_v = beta_2 * v + (1.0 - beta_2) * tf.square(grad)
+    if corrections is not None:
+        update = (next_m / corrections[0]) / (tf.sqrt(next_v / corrections[1]) + epsilon)
+    else:
+        update = next_m / (tf.sqrt(next_v) + epsilon)
+    # Decoupled decay: added to the Adam direction, so it never enters m or v.
+    if decay is not None:
+        update += decay * param
+    return param - lr * update, next_m, next_v
+
+
+_compiled_adamw_update = tf.function(_adamw_update, jit_compile=True, autograph=False)
 
 
 def create_optimizer(

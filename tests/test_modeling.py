@@ -218,9 +218,30 @@ def test_layer_norm_written_out_gradient_equals_automatic_differentiation(dtype)
 def layer_settings():
     """Restores model.layers' speed settings a test changes."""
     from model import layers
-    saved = layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS
+    saved = layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32
     yield layers
-    layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS = saved
+    layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32 = saved
+
+
+@pytest.mark.parametrize("math32", [True, False])
+def test_bfloat16_blocks_round_once_at_the_end(layer_settings, math32):
+    """A bfloat16 bias + GELU block computes in float32 and rounds its result once: it equals
+    the float32 result rounded to bfloat16 (up to one bfloat16 step where float32 rounding sits
+    on a tie), whereas op-by-op bfloat16 math (BLOCK_MATH_FLOAT32 off) strays further."""
+    layers = layer_settings
+    layers.BLOCK_MATH_FLOAT32 = math32
+    dense = layers.Dense(64, 256, "ffn", activation="gelu", seed=1)
+    x = tf.random.stateless_normal([128, 64], seed=[1, 2])
+    y = tf.function(dense)(tf.cast(x, tf.bfloat16))
+    # The matmul rounds its output to bfloat16 before the block on both sides.
+    pre = tf.cast(tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(dense.kernel, tf.bfloat16)),
+                  tf.float32)
+    reference = tf.cast(layers.gelu(pre), tf.bfloat16)
+    mismatch = np.mean(y.numpy() != reference.numpy())
+    if math32:
+        assert mismatch < 0.01
+    else:
+        assert mismatch > 0.05
 
 
 @pytest.mark.parametrize("bits", [16, 32])

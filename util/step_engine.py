@@ -156,8 +156,8 @@ class StepEngine:
             grads = [g / replicas for g in grads]
         return grads, tf.concat([metrics, [tf.linalg.global_norm(grads)]], 0)
 
-    def _apply(self, grads):
-        self.optimizer.apply(grads, self.variables)
+    def _apply(self, grads, values):
+        self.optimizer.apply(grads, self.variables, global_norm=values[-1])
 
     # -- the loop (cross-replica context) --------------------------------------------------------
 
@@ -165,8 +165,8 @@ class StepEngine:
         zeros = tf.zeros([len(self.metric_names)], tf.float32)
 
         def body(ran, counted, finite, sums, last, stop):
-            grads, values = self.strategy.run(self._replica_step, args=(next(iterator),))
-            values = self.strategy.experimental_local_results(values)[0]
+            grads, replica_values = self.strategy.run(self._replica_step, args=(next(iterator),))
+            values = self.strategy.experimental_local_results(replica_values)[0]
             ok = tf.reduce_all(tf.math.is_finite(values))
             # float16: an overflow skips the step and halves the scale; only a non-finite step
             # at the smallest scale (1) means the model itself diverged.
@@ -178,7 +178,8 @@ class StepEngine:
                     self.optimizer.global_step.assign_add(tf.cast(counts, tf.int64))
                 return 0
 
-            tf.cond(ok, lambda: self.strategy.run(self._apply, args=(grads,)) or 0, skip)
+            tf.cond(ok, lambda: self.strategy.run(self._apply, args=(grads, replica_values)) or 0,
+                    skip)
             if self.float16:
                 with tf.control_dependencies([diverged]):
                     self.scaling.update(ok)
