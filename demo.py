@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the corpus, data and models go (default demo_run/; a finished "
                              "step is reused when the demo is run again). Example: --work-dir /tmp/d")
     parser.add_argument("--pretrain-steps", type=int, default=1000,
-                        help="pre-training steps (default 1000, about 3 minutes on 2 idle cores). "
+                        help="pre-training steps (default 1000, 2-3 minutes on 2 idle cores). "
                              "Example: --pretrain-steps 300")
     parser.add_argument("--finetune-epochs", type=float, default=3.0,
                         help="fine-tuning epochs on the reference-or-library task (default 3)")

@@ -1,7 +1,15 @@
-"""One Transformer sub-layer's end, dropout + residual + LayerNorm on [B*L, H], timed alone in
-each setting of the two dropout levers of model/layers.py: the block as plain graph ops or
-compiled by XLA (FUSE_ELEMENTWISE), masks from float uniforms or 16-bit numbers
-(DROPOUT_MASK_BITS). Wall and CPU time per call, median of --calls after warm-up.
+"""The elementwise blocks of model/layers.py timed alone, in each setting of its speed levers.
+
+1. One Transformer sub-layer's end, dropout + residual + LayerNorm on [B*L, H]: as plain graph
+   ops or compiled by XLA (FUSE_ELEMENTWISE), masks from float uniforms or 16-bit numbers
+   (DROPOUT_MASK_BITS); forward only.
+2. The FFN's bias + GELU on [B*L, 4H] (forward, and forward + backward): as graph ops, compiled
+   with the math in the activations' dtype, compiled with the math in float32
+   (BLOCK_MATH_FLOAT32; the same in float32).
+3. Gumbel-max sampling of the generator's tokens, [16, 19, 30,522] (Small's masked positions,
+   vocabulary of the shared data): as graph ops, the perturbation compiled by XLA with the
+   argmax in the graph (pretrain/masking.py), all of it compiled by XLA.
+Wall and CPU time per call, median of --calls after warm-up.
 
   python benchmarks/fused_block.py                      # [2048, 256] bfloat16 (Small, b16 s128)
   python benchmarks/fused_block.py --rows 4096 --hidden 768 --dtype float32
@@ -33,38 +41,90 @@ def main() -> None:
     y = tf.cast(tf.random.stateless_normal(shape, seed=[1, 2]), args.dtype)
     x = tf.cast(tf.random.stateless_normal(shape, seed=[1, 3]), args.dtype)
     norm = layers.LayerNorm(args.hidden, "block/LayerNorm")
-    rows = []
-    saved = layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS
+    seed = tf.constant([3, 4], tf.int64)
+
+    def timed(fn, *fn_args):
+        for _ in range(5):
+            tf.nest.map_structure(lambda t: t.numpy(), fn(*fn_args))
+        wall, cpu = [], []
+        for _ in range(args.calls):
+            c, start = common.cpu_seconds(), time.perf_counter()
+            tf.nest.map_structure(lambda t: t.numpy(), fn(*fn_args))
+            wall.append(time.perf_counter() - start)
+            cpu.append(common.cpu_seconds() - c)
+        return {"wall_ms_median": round(statistics.median(wall) * 1e3, 2),
+                "cpu_ms_median": round(statistics.median(cpu) * 1e3, 2),
+                "load": round(common.load_average(), 2)}
+
+    norm_rows, gelu_rows = [], []
+    saved = layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32
     try:
         for fuse in (False, True):
             for bits in (32, 16):
                 layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS = fuse, bits
                 fn = tf.function(lambda y, x, seed: layers.dropout_add_norm(
                     y, x, norm, 0.1, layers.SeedStream(seed), training=True))
-                seed = tf.constant([3, 4], tf.int64)
-                for _ in range(5):
-                    fn(y, x, seed).numpy()
-                wall, cpu = [], []
-                for _ in range(args.calls):
-                    c, start = common.cpu_seconds(), time.perf_counter()
-                    fn(y, x, seed).numpy()
-                    wall.append(time.perf_counter() - start)
-                    cpu.append(common.cpu_seconds() - c)
                 row = {"benchmark": "dropout_add_norm_block", "rows": args.rows,
                        "hidden": args.hidden, "dtype": args.dtype,
-                       "block": "fused (XLA)" if fuse else "graph ops",
-                       "mask_bits": bits, "wall_ms_median": round(statistics.median(wall) * 1e3, 2),
-                       "cpu_ms_median": round(statistics.median(cpu) * 1e3, 2),
-                       "load": round(common.load_average(), 2)}
-                rows.append(row)
+                       "block": "fused (XLA)" if fuse else "graph ops", "mask_bits": bits,
+                       **timed(fn, y, x, seed)}
+                norm_rows.append(row)
                 common.emit(row)
+        layers.DROPOUT_MASK_BITS = saved[1]
+        ffn = layers.Dense(args.hidden, 4 * args.hidden, "block/ffn", activation="gelu")
+        h = tf.cast(tf.random.stateless_normal([args.rows, 4 * args.hidden], seed=[1, 4]),
+                    args.dtype)
+
+        def forward_backward(h):
+            with tf.GradientTape() as tape:
+                tape.watch(h)
+                out = layers._bias_activation(h, ffn.bias, layers.gelu)
+            return out, tape.gradient(out, [h, ffn.bias], output_gradients=tf.ones_like(out))
+
+        for fuse, math32, block in ((False, True, "graph ops"),
+                                    (True, False, "fused, math in the activations' dtype"),
+                                    (True, True, "fused, math in float32")):
+            layers.FUSE_ELEMENTWISE, layers.BLOCK_MATH_FLOAT32 = fuse, math32
+            row = {"benchmark": "bias_gelu_block", "rows": args.rows,
+                   "width": 4 * args.hidden, "dtype": args.dtype, "block": block}
+            for part, fn in (("forward", lambda h: layers._bias_activation(h, ffn.bias,
+                                                                           layers.gelu)),
+                             ("forward_backward", forward_backward)):
+                row[part] = timed(tf.function(fn), h)
+            gelu_rows.append(row)
+            common.emit(row)
+        from pretrain import masking
+        logits = tf.random.stateless_normal([16, 19, 30522], seed=[1, 5]) * 3.0
+        noise = tf.random.stateless_uniform([16, 19, 30522], seed=[1, 6])
+        sample_rows = []
+        for fuse, jit, how in ((False, False, "graph ops"),
+                               (True, False, "perturbation fused, argmax in the graph"),
+                               (True, True, "all compiled by XLA")):
+            layers.FUSE_ELEMENTWISE = fuse
+            fn = tf.function(masking.sample_from_softmax, jit_compile=jit, autograph=False)
+            row = {"benchmark": "gumbel_sampling", "shape": [16, 19, 30522], "how": how,
+                   **timed(fn, logits, noise)}
+            sample_rows.append(row)
+            common.emit(row)
     finally:
-        layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS = saved
+        layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32 = saved
     print(f"\ndropout + residual + LayerNorm on [{args.rows}, {args.hidden}] {args.dtype}, "
           f"median of {args.calls} calls")
-    print(common.markdown_table(rows, [("block", "block"), ("mask_bits", "mask bits"),
-                                       ("wall_ms_median", "wall ms"), ("cpu_ms_median", "CPU ms"),
-                                       ("load", "load")]))
+    print(common.markdown_table(norm_rows, [
+        ("block", "block"), ("mask_bits", "mask bits"), ("wall_ms_median", "wall ms"),
+        ("cpu_ms_median", "CPU ms"), ("load", "load")]))
+    print(f"\nbias + GELU on [{args.rows}, {4 * args.hidden}] {args.dtype}, median of "
+          f"{args.calls} calls")
+    for row in gelu_rows:
+        for part in ("forward", "forward_backward"):
+            row[f"{part}_ms"] = f"{row[part]['wall_ms_median']} / {row[part]['cpu_ms_median']}"
+    print(common.markdown_table(gelu_rows, [
+        ("block", "block"), ("forward_ms", "forward wall / CPU ms"),
+        ("forward_backward_ms", "forward + backward wall / CPU ms")]))
+    print(f"\nGumbel-max sampling over [16, 19, 30522] float32, median of {args.calls} calls")
+    print(common.markdown_table(sample_rows, [
+        ("how", "how"), ("wall_ms_median", "wall ms"), ("cpu_ms_median", "CPU ms"),
+        ("load", "load")]))
     common.print_machine_end(machine)
 
 

@@ -91,7 +91,7 @@ def _math(t: tf.Tensor) -> tf.Tensor:
     return tf.cast(t, tf.float32) if BLOCK_MATH_FLOAT32 else t
 
 
-def _xla(fn):
+def elementwise_block(fn):
     """An elementwise block compiled by XLA into one kernel (module docstring)."""
     # One compiled function per BLOCK_MATH_FLOAT32 value: each traces under its own value only.
     compiled = {math32: tf.function(fn, jit_compile=True, autograph=False)
@@ -144,7 +144,7 @@ def _dropout(x: tf.Tensor, rate: float, bits) -> tf.Tensor:
     return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
 
 
-@_xla
+@elementwise_block
 def _dropout_block(x, rate: float, bits):
     return tf.cast(_dropout(_math(x), rate, bits), x.dtype)
 
@@ -154,7 +154,7 @@ def dropout(x: tf.Tensor, rate: float, seeds: SeedStream | None, training: bool)
     return x if bits is None else _dropout_block(x, rate, bits)
 
 
-@_xla
+@elementwise_block
 def _dropout_add_norm(y, residual, gamma, beta, epsilon: float, rate: float, bits):
     z = tf.cast(_dropout(_math(y), rate, bits) + _math(residual), tf.float32)
     return tf.cast(layer_norm(z, gamma, beta, epsilon), residual.dtype)
@@ -167,7 +167,7 @@ def dropout_add_norm(y: tf.Tensor, residual: tf.Tensor, norm: "LayerNorm", rate:
                              rate, _random_bits(tf.shape(y), seeds, training, rate))
 
 
-@_xla
+@elementwise_block
 def _attention_probs(scores, attention_bias, scale: float, rate: float, bits):
     # Softmax in float32: bfloat16 has too few mantissa bits for long rows of exponentials.
     probs = tf.nn.softmax(tf.cast(scores, tf.float32) * scale + attention_bias, axis=-1)
@@ -238,7 +238,7 @@ class Dense(tf.Module):
         return tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))  # oneDNN fuses it into the matmul
 
 
-@_xla
+@elementwise_block
 def _bias_activation(y, bias, activation):
     z = _math(y)
     return tf.cast(activation(tf.nn.bias_add(z, tf.cast(bias, z.dtype))), y.dtype)
@@ -257,7 +257,7 @@ class LayerNorm(tf.Module):
         return _layer_norm_as(x, self.gamma, self.beta, self.epsilon)
 
 
-@_xla
+@elementwise_block
 def _layer_norm_as(x, gamma, beta, epsilon: float):
     """layer_norm in float32, the result in x's dtype."""
     return tf.cast(layer_norm(tf.cast(x, tf.float32), gamma, beta, epsilon), x.dtype)

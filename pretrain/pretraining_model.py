@@ -103,11 +103,11 @@ class PretrainingModel(tf.Module):
                rng: rng_lib.ExampleRng) -> tf.Tensor:
         """int32 [B, N]: a token per masked position from softmax(logits / temperature),
         Gumbel-max with the example-aligned noise; never the original with disallow_correct."""
-        sample_logits = tf.stop_gradient(logits) / self.config.temperature
+        logits = tf.stop_gradient(logits)
         disallow = (tf.one_hot(masked.masked_lm_ids, self.disc_config.vocab_size)
                     if self.config.disallow_correct else None)
-        noise = rng.uniform(tf.shape(sample_logits), rng_lib.GUMBEL)
-        return tf.stop_gradient(masking.sample_from_softmax(sample_logits, noise, disallow))
+        noise = rng.uniform(tf.shape(logits), rng_lib.GUMBEL)
+        return masking.sample_from_softmax(logits, noise, disallow, self.config.temperature)
 
     def model_variables(self) -> dict[str, tf.Variable]:
         """name -> variable, each shared variable once (under its owner's name)."""
