@@ -9,6 +9,9 @@
 3. Gumbel-max sampling of the generator's tokens, [16, 19, 30,522] (Small's masked positions,
    vocabulary of the shared data): as graph ops, the perturbation compiled by XLA with the
    argmax in the graph (pretrain/masking.py), all of it compiled by XLA.
+4. The generator's masked-LM loss over the same logits, forward + backward: TensorFlow's
+   sparse softmax cross-entropy kernel against the fused block (model/layers.py
+   `sparse_softmax_cross_entropy`).
 Wall and CPU time per call, median of --calls after warm-up.
 
   python benchmarks/fused_block.py                      # [2048, 256] bfloat16 (Small, b16 s128)
@@ -106,6 +109,20 @@ def main() -> None:
                    **timed(fn, logits, noise)}
             sample_rows.append(row)
             common.emit(row)
+        labels = tf.random.stateless_uniform([16, 19], seed=[1, 7], maxval=30522, dtype=tf.int32)
+
+        def loss_and_gradient(logits, labels):
+            with tf.GradientTape() as tape:
+                tape.watch(logits)
+                loss = tf.reduce_sum(layers.sparse_softmax_cross_entropy(logits, labels))
+            return loss, tape.gradient(loss, logits)
+
+        for fuse, how in ((False, "TensorFlow's kernel"), (True, "fused block")):
+            layers.FUSE_ELEMENTWISE = fuse
+            row = {"benchmark": "masked_lm_loss", "shape": [16, 19, 30522], "how": how,
+                   **timed(tf.function(loss_and_gradient), logits, labels)}
+            sample_rows.append(row)
+            common.emit(row)
     finally:
         layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32 = saved
     print(f"\ndropout + residual + LayerNorm on [{args.rows}, {args.hidden}] {args.dtype}, "
@@ -121,9 +138,11 @@ def main() -> None:
     print(common.markdown_table(gelu_rows, [
         ("block", "block"), ("forward_ms", "forward wall / CPU ms"),
         ("forward_backward_ms", "forward + backward wall / CPU ms")]))
-    print(f"\nGumbel-max sampling over [16, 19, 30522] float32, median of {args.calls} calls")
+    print(f"\nGumbel-max sampling, and the masked-LM loss forward + backward, over [16, 19, "
+          f"30522] float32 logits, median of {args.calls} calls")
     print(common.markdown_table(sample_rows, [
-        ("how", "how"), ("wall_ms_median", "wall ms"), ("cpu_ms_median", "CPU ms"),
+        ("benchmark", "benchmark"), ("how", "how"), ("wall_ms_median", "wall ms"),
+        ("cpu_ms_median", "CPU ms"),
         ("load", "load")]))
     common.print_machine_end(machine)
 

@@ -286,3 +286,33 @@ def test_fused_blocks_compute_what_the_plain_graph_ops_compute(layer_settings):
     for got, want in zip(grads, plain_grads):
         got, want = tf.convert_to_tensor(got).numpy(), tf.convert_to_tensor(want).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_sparse_cross_entropy_block_matches_tensorflows_kernel(layer_settings, fuse):
+    """The fused masked-LM loss computes TensorFlow's sparse softmax cross-entropy, values and
+    gradients, up to float32 rounding; from bfloat16 logits it reads them in float32."""
+    layers = layer_settings
+    layers.FUSE_ELEMENTWISE = fuse
+    logits = tf.random.stateless_normal([3, 5, 700], seed=[2, 3]) * 4.0
+    labels = tf.random.stateless_uniform([3, 5], seed=[2, 4], maxval=700, dtype=tf.int32)
+    weights = tf.random.stateless_uniform([3, 5], seed=[2, 5])
+
+    def loss_and_gradient(loss_fn):
+        @tf.function
+        def run(logits):
+            with tf.GradientTape() as tape:
+                tape.watch(logits)
+                losses = loss_fn(logits, labels)
+                total = tf.reduce_sum(weights * losses)
+            return losses, tape.gradient(total, logits)
+        return run(logits)
+
+    got = loss_and_gradient(layers.sparse_softmax_cross_entropy)
+    want = loss_and_gradient(lambda x, y: tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=x))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+    low = layers.sparse_softmax_cross_entropy(tf.cast(logits, tf.bfloat16), labels)
+    assert low.dtype == tf.float32
+    np.testing.assert_allclose(low.numpy(), got[0].numpy(), rtol=0.05, atol=0.05)

@@ -3,6 +3,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from model import layers
 from pretrain import masking
 
 
@@ -23,8 +24,7 @@ class MaskedLM(NamedTuple):
 def masked_lm(logits: tf.Tensor, masked: masking.MaskedInputs,
               denominators: Denominators) -> MaskedLM:
     """The official masked-LM loss: sum(w * -log p(original)) / (sum(w) + 1e-6)."""
-    example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=masked.masked_lm_ids, logits=logits)
+    example_loss = layers.sparse_softmax_cross_entropy(logits, masked.masked_lm_ids)
     loss_sum = tf.reduce_sum(masked.masked_lm_weights * example_loss)
     return MaskedLM(example_loss, loss_sum, loss_sum / (denominators.mlm + 1e-6),
                     tf.argmax(logits, -1, output_type=tf.int32))

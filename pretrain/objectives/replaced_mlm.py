@@ -11,7 +11,7 @@ The reported masked-LM figures are the main model's at the masked positions.
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
-from model import modeling
+from model import layers, modeling
 from pretrain import masking
 from pretrain.heads import DiscriminatorHead, GeneratorHead
 from pretrain.objectives import functions
@@ -53,8 +53,7 @@ class ReplacedMaskedLM(tf.Module):
         else:  # Replace MLM
             hidden = masking.gather_positions(step.sequence_output, positions)
             mlm_logits = self.head(hidden, table)  # [B, N, V]
-            example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=masked.masked_lm_ids, logits=mlm_logits)
+            example_loss = layers.sparse_softmax_cross_entropy(mlm_logits, masked.masked_lm_ids)
             main_loss = tf.reduce_sum(weights * example_loss) / (step.denominators.mlm + 1e-6)
             preds = tf.argmax(mlm_logits, -1, output_type=tf.int32)
         gen_loss = (step.mlm.loss if step.generated.cloze_logits is None

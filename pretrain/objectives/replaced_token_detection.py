@@ -28,7 +28,7 @@ def cloze_loss(cloze_logits: tf.Tensor, masked: masking.MaskedInputs,
     original = masking.unmask(masked)
     weights = tf.cast(masking.candidates_mask(original, masked.input_mask, special_ids),
                       tf.float32)
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=original, logits=cloze_logits)
+    losses = layers.sparse_softmax_cross_entropy(cloze_logits, original)
     return tf.reduce_sum(weights * losses) / (tf.reduce_sum(weights) + 1e-6)
 
 
