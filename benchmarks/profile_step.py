@@ -8,6 +8,7 @@ to read; the wall time per step is printed too.
 
   python benchmarks/profile_step.py                              # Small b16 s128 float32
   python benchmarks/profile_step.py --dtype bfloat16 --top 25
+  python benchmarks/profile_step.py --finetune --batch 32 --dtype bfloat16   # classification
 """
 import collections
 import glob
@@ -82,7 +83,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--names", type=int, default=0, help="also list the N costliest ops")
-    parser.add_argument("--hparams", default="{}")
+    parser.add_argument("--hparams", default="{}", help="pre-training hparams")
+    parser.add_argument("--finetune", action="store_true",
+                        help="the fine-tuning step (sequence classification, "
+                             "finetune_throughput.py's) instead of pre-training")
     args = parser.parse_args()
     common.set_threads(args.threads)
     import tensorflow as tf
@@ -90,14 +94,25 @@ def main() -> None:
 
     common.print_machine()
     work = tempfile.mkdtemp(prefix="profile_step_")
-    files = [pt.write_synthetic_tfrecords(work, args.seq_len)]
-    ours = pt.Ours(args.dtype, work, files, pt.config_hparams(
-        args.size, args.batch, args.seq_len, args.dtype, args.xla,
-        **parse_hparams_arg(args.hparams)), warmup=2)
+    if args.finetune:
+        import finetune_throughput as ft
+        ours = ft.Ours(work, args.size, args.batch, args.seq_len, args.dtype, args.xla, warmup=2)
+        no_limits = {"float32": 0.0, "bfloat16": 0.0}
+
+        def run_steps():
+            ours.time_steps(args.steps, common.load_average(), no_limits)
+    else:
+        files = [pt.write_synthetic_tfrecords(work, args.seq_len)]
+        ours = pt.Ours(args.dtype, work, files, pt.config_hparams(
+            args.size, args.batch, args.seq_len, args.dtype, args.xla,
+            **parse_hparams_arg(args.hparams)), warmup=2)
+
+        def run_steps():
+            ours.time_steps(args.steps, common.load_average())
     logdir = os.path.join(work, "trace")
     tf.profiler.experimental.start(logdir)
     start = time.perf_counter()
-    ours.time_steps(args.steps, common.load_average())
+    run_steps()
     wall = (time.perf_counter() - start) / args.steps
     tf.profiler.experimental.stop()
     by_type, by_part, by_name, total = summarise_trace(logdir)
