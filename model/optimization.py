@@ -418,7 +418,8 @@ class AdamWeightDecay(tf.Module):
             if self.lr_multipliers is not None:
                 var_lr = lr * self.lr_multipliers[name]
             decay = self.weight_decay_rate if self._use_weight_decay(name) else None
-            # Values, not variables, enter the compiled function (see model/layers.py elementwise_block).
+            # Values, not variables, enter the compiled function (model/layers.py
+            # elementwise_block says why).
             param, next_m, next_v = update_fn(
                 tf.convert_to_tensor(var), tf.convert_to_tensor(m), tf.convert_to_tensor(v),
                 grad, scale, var_lr, corrections, self.beta_1, self.beta_2, self.epsilon, decay)
