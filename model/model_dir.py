@@ -15,7 +15,7 @@ import os
 import re
 
 from model import modeling, tokenization
-from util import checkpoint, io_utils
+from util import checkpoint, fs, io_utils
 
 BERT_CONFIG_FILE = "bert_config.json"
 GENERATOR_CONFIG_FILE = "generator_config.json"
@@ -62,15 +62,15 @@ def infer_config(shapes: dict[str, list[int]], scope: str = "electra",
 
 
 def checkpoint_shapes(prefix: str) -> dict[str, list[int]]:
-    import tensorflow as tf  # only here: the rest of this module needs no TF
-    return {n: list(s) for n, s in tf.train.list_variables(prefix)}
+    shapes = checkpoint.load(prefix).get_variable_to_shape_map()
+    return {n: list(shapes[n]) for n in sorted(shapes)}
 
 
 def _find_vocab(path: str, kind: str) -> str | None:
     """vocab.txt or spm.model in the model dir (a fine-tuned model: in its pre-trained dir)."""
     directories = [path]
     if kind == "finetuned":
-        directories.append(os.path.dirname(os.path.dirname(os.path.abspath(path))))
+        directories.append(os.path.dirname(os.path.dirname(fs.abspath(path.rstrip("/")))))
     return next((found for d in directories if (found := tokenization.find_vocab_file(d))), None)
 
 
@@ -81,7 +81,7 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
     Raises:
       ValueError: no checkpoint, or no way to know the architecture.
     """
-    if not os.path.isdir(path):
+    if not fs.isdir(path):
         raise ValueError(f"model dir {path} does not exist")
     try:
         prefix = checkpoint.resolve(checkpoint_path or path)
@@ -91,7 +91,7 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
     generator_config = None
     finetune_file = os.path.join(path, FINETUNE_CONFIG_FILE)
     bert_file = os.path.join(path, BERT_CONFIG_FILE)
-    if os.path.isfile(finetune_file):
+    if fs.isfile(finetune_file):
         kind = "finetuned"
         saved = io_utils.read_json(finetune_file)
         settings = dict(saved.get("training_settings", {}))
@@ -102,10 +102,10 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
     else:
         kind = "pretrained"
         settings_file = os.path.join(path, PRETRAIN_CONFIG_FILE)
-        settings = io_utils.read_json(settings_file) if os.path.isfile(settings_file) else {}
+        settings = io_utils.read_json(settings_file) if fs.isfile(settings_file) else {}
         do_lower_case = bool(settings.get("do_lower_case", True))
         shapes = None
-        if os.path.isfile(bert_file):
+        if fs.isfile(bert_file):
             bert_config = modeling.BertConfig.from_json_file(bert_file)
         else:
             shapes = checkpoint_shapes(prefix)
@@ -114,7 +114,7 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
                          f"({bert_config.num_hidden_layers} layers, hidden "
                          f"{bert_config.hidden_size}, {bert_config.num_attention_heads} heads)")
         gen_file = os.path.join(path, GENERATOR_CONFIG_FILE)
-        if os.path.isfile(gen_file):
+        if fs.isfile(gen_file):
             generator_config = modeling.BertConfig.from_json_file(gen_file)
         else:
             shapes = shapes or checkpoint_shapes(prefix)
@@ -127,7 +127,7 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
             elif "generator_predictions/output_bias" in shapes:
                 generator_config = bert_config  # the discriminator encoder doubles as generator
     vocab = vocab_file or _find_vocab(path, kind)
-    if vocab_file and not os.path.isfile(vocab_file):
+    if vocab_file and not fs.isfile(vocab_file):
         raise ValueError(f"vocabulary file {vocab_file} does not exist")
     if vocab:
         size = len(tokenization.load_vocab(vocab))

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from model import modeling
+from util import fs
 
 PROBE_TASKS = ("pos", "chunk", "sst")
 FEATURES = ("last", "mean")
@@ -49,7 +50,7 @@ def read_conll_column(path: str, column: int) -> list[tuple[list[str], list[str]
     """(words, tags) per sentence of a CoNLL file; tags from `column` (0-based, whitespace split)."""
     sentences, words, tags = [], [], []
     try:
-        with open(path, encoding="utf-8") as f:
+        with fs.open(path, encoding="utf-8") as f:
             for line_no, line in enumerate(f, start=1):
                 fields = line.split()
                 if not fields:
@@ -76,7 +77,7 @@ def read_conll_column(path: str, column: int) -> list[tuple[list[str], list[str]
 def read_sentence_tsv(path: str) -> tuple[list[str], list[str]]:
     """(sentences, labels) of an SST-2 style TSV with a header naming `sentence` and `label`."""
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with fs.open(path, encoding="utf-8", newline="") as f:
             rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     except (OSError, UnicodeDecodeError) as e:
         raise ProbeDataError(f"{path}: cannot read the TSV file ({e})") from None
@@ -108,7 +109,7 @@ def load_task(name: str, path: str, train_size: int = 2000, test_size: int = 100
         return ProbeTask(name, True, [w for w, _ in train], [t for _, t in train],
                          [w for w, _ in test], [t for _, t in test])
     if name == "sst":
-        if not os.path.isdir(path):
+        if not fs.isdir(path):
             raise ProbeDataError(f"probe 'sst' needs the SST-2 directory (train.tsv, dev.tsv), "
                                  f"got {path}")
         train_texts, train_labels = read_sentence_tsv(os.path.join(path, "train.tsv"))

@@ -29,6 +29,8 @@ import re
 import unicodedata
 from typing import Iterable
 
+from util import fs
+
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
 CLS_TOKEN = "[CLS]"
@@ -185,7 +187,7 @@ def find_vocab_file(directory: str) -> str | None:
     """The vocabulary a model or data directory holds (vocab.txt or spm.model), if any."""
     for name in VOCAB_FILE_NAMES:
         path = os.path.join(directory, name)
-        if os.path.isfile(path):
+        if fs.isfile(path):
             return path
     return None
 
@@ -199,12 +201,11 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
       ValueError: missing file, a line that is not UTF-8, or a token listed twice (each names
         the file and line).
     """
-    if not os.path.isfile(vocab_file):
+    if not fs.isfile(vocab_file):
         raise ValueError(f"vocabulary file {vocab_file} does not exist")
     if is_sentencepiece_model(vocab_file):
         return dict(SentencePieceTokenizer(vocab_file).vocab)
-    with open(vocab_file, "rb") as f:
-        data = f.read()
+    data = fs.read_bytes(vocab_file)
     wrong_kind = _sentencepiece_file_kind(data)
     if wrong_kind:
         # Read as lines it used to fail as "token listed twice" or "missing [MASK]".
@@ -443,7 +444,7 @@ class SentencePieceTokenizer(_TokenizerBase):
     def __init__(self, model_file: str, do_lower_case: bool = False):
         import sentencepiece as spm  # imported here so WordPiece users never need it
 
-        if not os.path.isfile(model_file):
+        if not fs.isfile(model_file):
             raise ValueError(f"SentencePiece model {model_file} does not exist")
         self._source = model_file
         self.model_file = model_file
@@ -451,7 +452,8 @@ class SentencePieceTokenizer(_TokenizerBase):
         self.strip_accents = False
         self.sp = spm.SentencePieceProcessor()
         try:
-            self.sp.Load(model_file)
+            # From bytes: SentencePiece's own loader opens local files only.
+            self.sp.LoadFromSerializedProto(fs.read_bytes(model_file))
         except (OSError, RuntimeError) as e:
             raise ValueError(f"{model_file} is not a SentencePiece model: {e}") from None
         self.vocab = {self.sp.IdToPiece(i): i for i in range(self.sp.GetPieceSize())}

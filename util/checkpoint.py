@@ -6,9 +6,13 @@ checkpoints read ours and official checkpoints load here. Writes are atomic: ten
 temporary prefix that is renamed into place, and the `checkpoint` state file is updated last.
 A checkpoint that cannot be read back (torn by a crash, truncated) is reported and skipped in
 favour of the previous one.
+
+The directory may be a URL (gs://, s3://, hdfs://; util/fs.py). The index file stays the commit
+point there too: data shards are renamed into place before the index, and a prefix without an
+index is ignored. On object stores each rename is a copy then a delete, so a killed save may
+leave temporaries or index-less shards, which the next save removes.
 """
 import contextlib
-import glob
 import logging
 import os
 import re
@@ -17,7 +21,7 @@ from typing import Iterable, Mapping, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from util import io_utils
+from util import fs, io_utils
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,7 @@ class UnreadableCheckpointsError(ValueError):
 def check_path(path: str, what: str = "checkpoint path") -> None:
     """Refuses a checkpoint path TensorFlow cannot read back: its reader takes '[' in a prefix
     for a glob pattern and then finds nothing (saving works; every restore would fail)."""
-    if "[" in os.path.abspath(path):
+    if "[" in fs.abspath(path):
         raise ValueError(f"{what} {path} contains '[': TensorFlow's checkpoint reader takes it "
                          "for a glob pattern and cannot read checkpoints there; use a path "
                          "without '['")
@@ -48,15 +52,15 @@ def checkpoint_name(variable: "tf.Variable | str") -> str:
 
 
 def _files_of(prefix: str) -> list[str]:
-    return sorted(glob.glob(glob.escape(prefix) + ".index") +
-                  glob.glob(glob.escape(prefix) + ".data-*"))
+    return sorted(fs.glob(fs.escape(prefix) + ".index") +
+                  fs.glob(fs.escape(prefix) + ".data-*"))
 
 
 def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> str:
     """Writes `tensors` (name -> value) as checkpoint `prefix`, atomically."""
     check_path(prefix)
-    directory = os.path.dirname(os.path.abspath(prefix))
-    os.makedirs(directory, exist_ok=True)
+    directory = os.path.dirname(fs.abspath(prefix))
+    fs.makedirs(directory)
     tmp_prefix = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(prefix)}")
     names = sorted(tensors)
     values = [tf.convert_to_tensor(tensors[n]) for n in names]
@@ -67,12 +71,12 @@ def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> 
         # Data shards first, index last: a prefix with an index is complete.
         tmp_files = _files_of(tmp_prefix)
         for path in sorted(tmp_files, key=lambda p: p.endswith(".index")):
-            os.replace(path, prefix + path[len(tmp_prefix):])
+            fs.replace(path, prefix + path[len(tmp_prefix):])
     except (OSError, tf.errors.OpError) as e:
         # Disk full, read-only, quota: free what the attempt took, keep older checkpoints.
         for path in _files_of(tmp_prefix):
             with contextlib.suppress(OSError):
-                os.remove(path)
+                fs.remove(path)
         reason = e.message if isinstance(e, tf.errors.OpError) else str(e)
         raise CheckpointWriteError(
             f"cannot write checkpoint {prefix}: {reason.splitlines()[0][-300:]} (disk full or "
@@ -82,16 +86,22 @@ def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> 
 
 def read_all(path: str) -> dict[str, np.ndarray]:
     """Every tensor of a checkpoint (prefix or directory), as numpy arrays."""
-    reader = tf.train.load_checkpoint(resolve(path))
+    reader = load(resolve(path))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def load(prefix: str):
+    """A reader of checkpoint `prefix` (tf.train.load_checkpoint without its directory lookup,
+    which ram:// answers wrongly for a prefix)."""
+    return tf.compat.v1.train.NewCheckpointReader(prefix)
 
 
 def is_readable(prefix: str) -> tuple[bool, str]:
     """Whether every tensor of the checkpoint reads back; else (False, the reason)."""
-    if not os.path.exists(prefix + ".index"):
+    if not fs.exists(prefix + ".index"):
         return False, "index file missing"
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        reader = load(prefix)
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
     except Exception as e:  # noqa: BLE001 -- the reader raises several types on torn files
@@ -112,7 +122,7 @@ def _state_paths(directory: str) -> list[str]:
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
     # Released checkpoints' state files name where they were written (often gs://...); a
     # checkpoint is looked for next to the state file whenever that path is not local.
-    return [p if os.path.isabs(p) and os.path.exists(p + ".index")
+    return [p if (os.path.isabs(p) or fs.is_url(p)) and fs.exists(p + ".index")
             else os.path.join(directory, os.path.basename(p)) for p in paths]
 
 
@@ -121,11 +131,11 @@ def _candidates(directory: str) -> list[str]:
     candidates = _state_paths(directory)
     # Also consider complete checkpoints the state file does not list (a crash between rename
     # and state update).
-    for index in glob.glob(os.path.join(glob.escape(directory), "*.index")):
+    for index in fs.glob(os.path.join(fs.escape(directory), "*.index")):
         prefix = index[:-len(".index")]
         if not os.path.basename(prefix).startswith(".tmp-") and prefix not in candidates:
             candidates.append(prefix)
-    candidates = [p for p in candidates if os.path.exists(p + ".index")]
+    candidates = [p for p in candidates if fs.exists(p + ".index")]
     return sorted(candidates, key=_step_of, reverse=True)
 
 
@@ -161,12 +171,13 @@ def _step_of(prefix: str) -> int:
 def resolve(path: str) -> str:
     """A checkpoint prefix from a prefix or a directory (its newest readable checkpoint)."""
     check_path(path)
-    if os.path.isdir(path):
+    # A prefix first: on ram:// a prefix of existing files also answers as a directory.
+    if not fs.exists(path + ".index") and fs.isdir(path):
         prefix = latest_valid(path)
         if prefix is None:
             raise FileNotFoundError(f"no readable checkpoint in directory {path}")
         return prefix
-    if not os.path.exists(path + ".index"):
+    if not fs.exists(path + ".index"):
         raise FileNotFoundError(f"checkpoint {path} not found (no {path}.index)")
     return path
 
@@ -186,7 +197,7 @@ def restore(variables: Mapping[str, tf.Variable], path: str,
     listing them unless `allow_missing`.
     """
     prefix = resolve(path)
-    reader = tf.train.load_checkpoint(prefix)
+    reader = load(prefix)
     shapes = reader.get_variable_to_shape_map()
     missing = sorted(n for n in variables if n not in shapes)
     if missing and not allow_missing:
@@ -227,7 +238,7 @@ class CheckpointManager:
         # Complete checkpoints on disk count too: one written just before a crash is complete
         # but missing from the state file, and would otherwise never be pruned.
         others = sorted((p for p in set(_state_paths(self.directory)) | set(self._own_prefixes())
-                         if p != prefix and os.path.exists(p + ".index")), key=_step_of)
+                         if p != prefix and fs.exists(p + ".index")), key=_step_of)
         # The checkpoint just written is kept whatever the others' steps (a run resumed from an
         # older one after a damaged newer one must not prune its own save).
         room = len(others) if self.max_to_keep == 0 else self.max_to_keep - 1
@@ -240,39 +251,42 @@ class CheckpointManager:
         for old in stale:
             # Index first: a half-pruned checkpoint is then an incomplete one, never a torn one.
             for path in sorted(_files_of(old), key=lambda p: not p.endswith(".index")):
-                os.remove(path)
+                fs.remove(path)
         self._remove_crash_debris(kept)
         return prefix
 
     def _own_prefixes(self) -> list[str]:
-        pattern = os.path.join(glob.escape(self.directory), glob.escape(self.basename) + "-*.index")
-        return [p[:-len(".index")] for p in glob.glob(pattern)]
+        pattern = os.path.join(fs.escape(self.directory), fs.escape(self.basename) + "-*.index")
+        return [p[:-len(".index")] for p in fs.glob(pattern)]
 
     def _remove_crash_debris(self, kept: list[str]) -> None:
         """Files a killed save left behind: temporaries of dead processes and data shards of
         older steps without an index (a crash between the two renames)."""
         newest = _step_of(kept[-1])
-        for path in glob.glob(os.path.join(glob.escape(self.directory),
-                                           f".tmp-*-{glob.escape(self.basename)}-*")):
+        for path in fs.glob(os.path.join(fs.escape(self.directory),
+                                         f".tmp-*-{fs.escape(self.basename)}-*")):
             match = re.match(r"\.tmp-(\d+)-", os.path.basename(path))
-            if match and int(match.group(1)) != os.getpid() and not io_utils.pid_alive(int(match.group(1))):
+            # On a URL the writer may have run on another host: only one process saves into a
+            # directory (the run lock), so any other pid's temporary is debris.
+            if match and int(match.group(1)) != os.getpid() and (
+                    fs.is_url(path) or not io_utils.pid_alive(int(match.group(1)))):
                 with contextlib.suppress(OSError):
-                    os.remove(path)
+                    fs.remove(path)
         # Temporaries of the state file (io_utils.atomic_open) of a process killed mid-write;
         # ours was renamed into place already, and only one process saves into a directory.
-        for path in glob.glob(os.path.join(glob.escape(self.directory), f".{STATE_FILE}.*.tmp")):
+        for path in fs.glob(os.path.join(fs.escape(self.directory), f".{STATE_FILE}.*.tmp")):
             with contextlib.suppress(OSError):
-                os.remove(path)
-        for path in glob.glob(os.path.join(glob.escape(self.directory),
-                                           glob.escape(self.basename) + "-*.data-*")):
+                fs.remove(path)
+        for path in fs.glob(os.path.join(fs.escape(self.directory),
+                                         fs.escape(self.basename) + "-*.data-*")):
             prefix = path[:path.rindex(".data-")]
-            if not os.path.exists(prefix + ".index") and _step_of(prefix) < newest:
+            if not fs.exists(prefix + ".index") and _step_of(prefix) < newest:
                 with contextlib.suppress(OSError):
-                    os.remove(path)
+                    fs.remove(path)
 
     def latest(self) -> str | None:
         """Newest readable checkpoint; UnreadableCheckpointsError if there are only bad ones."""
-        if not os.path.isdir(self.directory):
+        if not fs.isdir(self.directory):
             return None
         return latest_valid(self.directory, strict=True)
 

@@ -14,7 +14,7 @@ import os
 import typing
 from typing import Any, Mapping, TypeVar
 
-from util import io_utils
+from util import fs, io_utils
 
 
 class HParamError(ValueError):
@@ -29,7 +29,7 @@ def parse_hparams_arg(hparams: str | Mapping[str, Any] | None) -> dict[str, Any]
         return dict(hparams)
     text = hparams.strip()
     if text.endswith(".json") and not text.startswith("{"):
-        if not os.path.exists(text):
+        if not fs.exists(text):
             raise HParamError(f"--hparams: file {text} does not exist")
         value = io_utils.read_json(text)
         where = text
@@ -196,12 +196,12 @@ class HParams:
         (`files`) or a file where a directory is (`dirs`): the write would fail at the end."""
         for key in files:
             path = getattr(self, key)
-            if path and os.path.isdir(path):
+            if path and fs.isdir(path):
                 raise HParamError(f"hparam {key!r} is {path}, an existing directory; it names a "
                                   "file to write")
         for key in dirs:
             path = getattr(self, key)
-            if path and os.path.exists(path) and not os.path.isdir(path):
+            if path and fs.exists(path) and not fs.isdir(path):
                 raise HParamError(f"hparam {key!r} is {path}, an existing file; it names a "
                                   "directory to write in")
 

@@ -1,15 +1,26 @@
 """Atomic file output: write to a temporary name in the same directory, then rename.
 
 A crash mid-write leaves the previous file (or nothing) in place, never a torn file.
+
+What that promises per storage (paths are local or URLs, see util/fs.py):
+  - local disk: the temporary is fsync'ed, then renamed over the target (atomic, POSIX).
+  - HDFS (hdfs://): written whole to a temporary, then renamed (atomic in the namenode).
+  - object stores (gs://, s3://): no rename; gfile's rename copies the temporary to the target
+    object and deletes it. An object store makes an object visible only once it is complete, so
+    readers still see the old content or the new, never half of it. A writer killed between the
+    copy and the delete leaves a `.<name>.<pid>.*.tmp` object behind (harmless; delete it).
 """
 import contextlib
-import glob
 import hashlib
+import io
 import json
 import os
 import re
 import tempfile
+import uuid
 from typing import Any, Iterator
+
+from util import fs
 
 
 def pid_alive(pid: int) -> bool:
@@ -27,11 +38,11 @@ def _remove_dead_writers_temporaries(directory: str, name: str) -> None:
     """Deletes `.<name>.<pid>.*.tmp` files whose writer process no longer exists: what a process
     killed in the middle of writing `name` left behind. Live writers' files are left alone."""
     pattern = re.compile(re.escape(f".{name}.") + r"(\d+)\.[^.]*\.tmp$")
-    for path in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*.tmp")):
+    for path in fs.glob(os.path.join(fs.escape(directory), f".{fs.escape(name)}.*.tmp")):
         match = pattern.match(os.path.basename(path))
         if match and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))):
             with contextlib.suppress(OSError):
-                os.remove(path)
+                fs.remove(path)
 
 
 @contextlib.contextmanager
@@ -39,10 +50,41 @@ def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> I
     """Opens a temporary file next to `path`; renames it over `path` only if the block succeeds.
 
     The temporary's name carries the writer's pid, so the next write of the same file can clean
-    up after a writer that was killed mid-write.
+    up after a writer that was killed mid-write (on the local disk, where pids can be checked).
     """
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    if fs.is_url(path):
+        with _url_atomic_open(path, mode, encoding) as f:
+            yield f
+        return
+    with _local_atomic_open(path, mode, encoding) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _url_atomic_open(path: str, mode: str, encoding: str | None) -> Iterator[Any]:
+    """The content is collected in memory and written in one go to a temporary object, which is
+    then renamed over `path` (see the module docstring for what that promises)."""
+    directory, name = os.path.dirname(path), os.path.basename(path)
+    fs.makedirs(directory)
+    buffer = io.BytesIO()
+    stream = buffer if "b" in mode else io.TextIOWrapper(buffer, encoding=encoding or "utf-8")
+    yield stream
+    stream.flush()
+    tmp_path = os.path.join(directory, f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with fs.open(tmp_path, "wb") as f:
+            f.write(buffer.getvalue())
+        fs.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.remove(tmp_path)
+        raise
+
+
+@contextlib.contextmanager
+def _local_atomic_open(path: str, mode: str, encoding: str | None) -> Iterator[Any]:
+    directory = os.path.dirname(fs.abspath(path))
+    fs.makedirs(directory)
     name = os.path.basename(path)
     _remove_dead_writers_temporaries(directory, name)
     fd, tmp_path = tempfile.mkstemp(prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=directory)
@@ -58,10 +100,10 @@ def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> I
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp_path, path)
+        fs.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp_path)
+            fs.remove(tmp_path)
         raise
 
 
@@ -89,7 +131,7 @@ def write_jsonl(path: str, records) -> None:
 
 def read_json(path: str) -> Any:
     """Reads a JSON file; a syntax error names the file, line and column."""
-    with open(path, encoding="utf-8") as f:
+    with fs.open(path, encoding="utf-8") as f:
         text = f.read()
     try:
         return json.loads(text)
@@ -100,7 +142,14 @@ def read_json(path: str) -> Any:
 def sha256_file(path: str) -> str:
     """Hex sha256 of a file's content, read in blocks."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with fs.open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copies `src` to `dst` atomically (local paths or URLs, in any combination)."""
+    with fs.open(src, "rb") as source, atomic_open(dst, "wb") as target:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            target.write(block)

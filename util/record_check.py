@@ -11,6 +11,8 @@ import struct
 
 import tensorflow as tf
 
+from util import fs
+
 
 class DamagedRecordFileError(ValueError):
     """A tfrecord file is corrupted or truncated; the message names it."""
@@ -74,7 +76,7 @@ def _masked_crc32c(data: bytes) -> int:
 def is_tfrecord_file(path: str) -> bool:
     """Whether `path` starts like a TFRecord file: an 8-byte length and its masked CRC32C (12
     bytes read). Empty files count as TFRecord files (with no records)."""
-    with open(path, "rb") as f:
+    with fs.open(path, "rb") as f:
         header = f.read(12)
     if not header:
         return True
@@ -85,4 +87,4 @@ def is_tfrecord_file(path: str) -> bool:
 
 def not_tfrecord_files(files: list[str]) -> list[str]:
     """The files among `files` that are not TFRecord files (e.g. a metadata.json a glob caught)."""
-    return [f for f in files if os.path.isfile(f) and not is_tfrecord_file(f)]
+    return [f for f in files if fs.isfile(f) and not is_tfrecord_file(f)]

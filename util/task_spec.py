@@ -32,6 +32,7 @@ import json
 import os
 from typing import Any
 
+from util import fs
 from util.hparams import HParamError
 
 FAMILIES = ("classification", "regression", "tagging", "qa")
@@ -85,13 +86,13 @@ def resolve(name: str, value: Any) -> dict:
     if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
         raise _error(str(name), "", "a task name must be a lower-case identifier (letters, "
                      "digits, underscores), as it names features and checkpoint variables")
-    base = os.getcwd()
+    base = fs.abspath(os.curdir)
     if isinstance(value, str):
-        path = os.path.abspath(value)
-        if not os.path.isfile(path):
+        path = fs.abspath(value)
+        if not fs.isfile(path):
             raise _error(name, "", f"spec file {path} does not exist")
         try:
-            with open(path, encoding="utf-8") as f:
+            with fs.open(path, encoding="utf-8") as f:
                 value = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise _error(name, "", f"spec file {path} is not valid JSON: {e}") from None
@@ -104,7 +105,7 @@ def resolve(name: str, value: Any) -> dict:
         if split in spec:
             if not isinstance(spec[split], str) or not spec[split]:
                 raise _error(name, split, f"expected a file path, got {spec[split]!r}")
-            spec[split] = os.path.join(base, os.path.expanduser(spec[split]))
+            spec[split] = fs.resolve_relative(base, spec[split])
     return spec
 
 

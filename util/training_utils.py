@@ -18,11 +18,12 @@ import os
 import socket
 import sys
 import time
+import uuid
 from typing import Any, Iterable, Mapping
 
 import tensorflow as tf
 
-from util import io_utils
+from util import fs, io_utils
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ _SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
 def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
     """tag -> [(step, value), ...] from the event files in `logdir` (for tests and tools)."""
     result: dict[str, list[tuple[int, float]]] = {}
-    for name in sorted(os.listdir(logdir)):
+    for name in sorted(fs.listdir(logdir)):
         if not name.startswith("events.out.tfevents"):
             continue
         for record in tf.data.TFRecordDataset(os.path.join(logdir, name)):
@@ -202,7 +203,19 @@ class RunLock:
     stale, and is taken over with a warning, when its owner ran on this host and that pid is gone,
     or when it ran on another host and has not been refreshed (`heartbeat()`) for
     `stale_after_secs`. Use as a context manager, or acquire()/release().
+
+    On the local disk the lock file appears with its content in one step and only if it did not
+    exist (a hard link, else O_EXCL): two runs can never both hold it. A directory given as a URL
+    (gs://, s3://) has no exclusive create, so there the lock is a lease, best effort: the file
+    names its holder and when it was last refreshed (written in one object), the holder rewrites
+    it at most every `_LEASE_REFRESH_SECS` while it runs, a lease not refreshed for
+    `stale_after_secs` is taken over, and a run reads its lease back after writing it and backs
+    off if another run's write won. Two runs starting within the same moment can still both
+    believe they hold it; the second writer's lease survives, and the first sees that at its
+    next refresh and stops.
     """
+
+    _LEASE_REFRESH_SECS = 60.0
 
     def __init__(self, directory: str, filename: str = ".run.lock",
                  stale_after_secs: float = 3600.0):
@@ -210,20 +223,30 @@ class RunLock:
         self.stale_after_secs = stale_after_secs
         self.held = False
         self.host = socket.gethostname()
+        self._token = ""
+        self._refreshed = 0.0
 
     def _owner(self) -> dict | None:
         try:
-            with open(self.path, encoding="utf-8") as f:
+            with fs.open(self.path, encoding="utf-8") as f:
                 return json.loads(f.read() or "{}")
         except FileNotFoundError:
             return None
         except (ValueError, OSError):
             return {}  # unreadable: half-written by a dying process
 
+    def _age(self, owner: dict) -> float:
+        """Seconds since the owner last refreshed: the lease's own clock on a URL (object
+        stores keep no usable modification time everywhere), the file's mtime locally."""
+        if fs.is_url(self.path):
+            refreshed = owner.get("refreshed", owner.get("started"))
+            return time.time() - refreshed if isinstance(refreshed, (int, float)) else math.inf
+        return time.time() - fs.getmtime(self.path)
+
     def _stale_reason(self, owner: dict) -> str | None:
         pid, host = owner.get("pid"), owner.get("host")
         if not isinstance(pid, int) or not host:
-            age = time.time() - os.path.getmtime(self.path)
+            age = self._age(owner)
             return "unreadable lock file" if age > 60 else None
         if host == self.host:
             if pid == os.getpid():
@@ -237,16 +260,21 @@ class RunLock:
                     started > owner_start + 2.0:
                 return f"pid {pid} on {host} now belongs to a process started after the lock"
             return None
-        age = time.time() - os.path.getmtime(self.path)
+        age = self._age(owner)
         if age > self.stale_after_secs:
             return f"not refreshed for {secs_to_str(age)} (owner pid {pid} on {host})"
         return None
 
+    def _payload(self) -> dict:
+        now = time.time()
+        return {"pid": os.getpid(), "host": self.host, "started": now, "refreshed": now,
+                "token": self._token}
+
     def acquire(self) -> "RunLock":
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        payload = json.dumps({"pid": os.getpid(), "host": self.host, "started": time.time()})
+        fs.makedirs(os.path.dirname(fs.abspath(self.path)))
+        self._token = uuid.uuid4().hex
         for _ in range(3):
-            if not self._create(payload):
+            if not self._create(self._payload()):
                 owner = self._owner()
                 if owner is None:
                     continue  # released meanwhile
@@ -259,13 +287,27 @@ class RunLock:
                     ) from None
                 log.warning("taking over stale lock %s: %s", self.path, reason)
                 with contextlib.suppress(FileNotFoundError):
-                    os.remove(self.path)
+                    fs.remove(self.path)
                 continue
             self.held = True
+            self._refreshed = time.time()
             return self
         raise RunLockError(f"could not acquire lock {self.path} (contended)")
 
-    def _create(self, payload: str) -> bool:
+    def _create(self, payload: dict) -> bool:
+        """Writes the lock if there is none; False if one exists."""
+        if fs.is_url(self.path):
+            return self._create_lease(payload)
+        return self._create_local(json.dumps(payload))
+
+    def _create_lease(self, payload: dict) -> bool:
+        """Best effort on a store without exclusive create: write if absent, read it back."""
+        if fs.exists(self.path):
+            return False
+        io_utils.write_json(self.path, payload)
+        return (self._owner() or {}).get("token") == payload["token"]
+
+    def _create_local(self, payload: str) -> bool:
         """Creates the lock file WITH its content in one step (a hard link of a written
         temporary), so a process killed meanwhile never leaves an empty lock; False if the lock
         exists. Falls back to exclusive create + write where hard links are unsupported."""
@@ -282,7 +324,7 @@ class RunLock:
                 pass
         finally:
             with contextlib.suppress(OSError):
-                os.remove(tmp)
+                fs.remove(tmp)
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
@@ -292,10 +334,28 @@ class RunLock:
         return True
 
     def heartbeat(self) -> None:
-        """Refreshes the lock's mtime so runs on other hosts see it is alive."""
-        if self.held:
+        """Refreshes the lock so runs on other hosts see it is alive: its mtime locally; on a URL
+        the lease is rewritten (at most every _LEASE_REFRESH_SECS), after checking it is still
+        ours (RunLockError if another run took it over)."""
+        if not self.held:
+            return
+        if not fs.is_url(self.path):
             with contextlib.suppress(OSError):
                 os.utime(self.path)
+            return
+        if time.time() - self._refreshed < min(self._LEASE_REFRESH_SECS,
+                                               self.stale_after_secs / 4):
+            return
+        owner = self._owner()
+        if owner and owner.get("token") != self._token:
+            self.held = False
+            raise RunLockError(f"lease {self.path} was taken over by pid {owner.get('pid')} on "
+                               f"host {owner.get('host')}; stopping this run")
+        payload = self._payload()
+        payload["started"] = (owner or {}).get("started", payload["started"])
+        with contextlib.suppress(OSError):
+            io_utils.write_json(self.path, payload)
+            self._refreshed = time.time()
 
     def release(self) -> None:
         if not self.held:
@@ -303,7 +363,7 @@ class RunLock:
         owner = self._owner()
         if owner and owner.get("pid") == os.getpid() and owner.get("host") == self.host:
             with contextlib.suppress(FileNotFoundError):
-                os.remove(self.path)
+                fs.remove(self.path)
         self.held = False
 
     def __enter__(self) -> "RunLock":
@@ -354,10 +414,10 @@ def write_results(json_path: str, txt_path: str | None, results: Mapping[str, An
 def is_writable_dir(directory: str) -> tuple[bool, str]:
     """Whether files can be created in `directory` (created if missing); else the reason."""
     try:
-        os.makedirs(directory, exist_ok=True)
+        fs.makedirs(directory)
         with io_utils.atomic_open(os.path.join(directory, ".write_test")) as f:
             f.write("ok")
-        os.remove(os.path.join(directory, ".write_test"))
+        fs.remove(os.path.join(directory, ".write_test"))
     except OSError as e:
         reason = os.strerror(e.errno) if e.errno in (errno.EACCES, errno.EROFS, errno.ENOSPC) \
             else str(e)

@@ -1,0 +1,301 @@
+"""Every file a command reads or writes goes through here: local paths or URLs (gs://, s3://,
+hdfs://, file://, ram://).
+
+A local path (no `scheme://`) is served by Python's os and open exactly as before (same speed,
+fsync, atomic rename, exclusive create). A URL goes through TensorFlow's file layer,
+tf.io.gfile, the one TensorFlow's checkpoint, TFRecord and summary readers and writers use.
+
+What a write promises depends on the storage (util/io_utils.atomic_open says it per write):
+local disk and HDFS rename atomically; object stores (GCS, S3) have no rename, and gfile's rename
+copies then deletes, but each object appears whole or not at all.
+
+Only os.path's pure string functions (join, dirname, basename, split, splitext, isabs,
+expanduser) are safe on URLs; anything that touches the disk or the working directory must come
+from here (tests/test_fs_rule.py checks it).
+"""
+import io
+import os
+import posixpath
+import shutil
+from typing import IO, Any, Iterator
+
+
+class _LazyTensorFlow:
+    """TensorFlow imported on first use of a URL: local paths do not pay its start-up."""
+
+    def __getattr__(self, name: str) -> Any:
+        import tensorflow
+        return getattr(tensorflow, name)
+
+
+class _LazyGFile:
+    def __getattr__(self, name: str) -> Any:
+        import tensorflow
+        return getattr(tensorflow.io.gfile, name)
+
+
+tf = _LazyTensorFlow()
+_gfile = _LazyGFile()
+
+
+def is_url(path: str) -> bool:
+    """True for `scheme://...` paths, which only TensorFlow's file layer can reach."""
+    return "://" in str(path)
+
+
+def _is_root(path: str) -> bool:
+    """gs://bucket, ram://: nothing above it to list."""
+    rest = path.split("://", 1)[1].strip("/")
+    return "/" not in rest
+
+
+def _listed_in_parent(path: str) -> bool:
+    # TensorFlow's in-memory filesystem (ram://) answers isdir/exists for any string prefix of a
+    # file name (ram://d/ck "is a directory" when ram://d/ck.index exists); a real bucket
+    # lists its subdirectories by name. Asking the parent serves both the same way.
+    path = path.rstrip("/")
+    if _is_root(path):
+        return True
+    try:
+        names = _gfile.listdir(posixpath.dirname(path))
+    except tf.errors.OpError:
+        return False
+    return posixpath.basename(path) in {n.rstrip("/") for n in names}
+
+
+def isdir(path: str) -> bool:
+    if not is_url(path):
+        return os.path.isdir(path)
+    return _gfile.isdir(path) and _listed_in_parent(path)
+
+
+def isfile(path: str) -> bool:
+    if not is_url(path):
+        return os.path.isfile(path)
+    try:
+        return not _gfile.stat(path).is_directory
+    except tf.errors.OpError:
+        return False
+
+
+def exists(path: str) -> bool:
+    if not is_url(path):
+        return os.path.exists(path)
+    return isfile(path) or isdir(path)
+
+
+def getsize(path: str) -> int:
+    if not is_url(path):
+        return os.path.getsize(path)
+    return _stat(path).length
+
+
+def getmtime(path: str) -> float:
+    """Seconds since the epoch; 0.0 where the store keeps no times (ram://)."""
+    if not is_url(path):
+        return os.path.getmtime(path)
+    return _stat(path).mtime_nsec / 1e9
+
+
+def _stat(path: str):
+    try:
+        return _gfile.stat(path)
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(f"No such file: {path}") from None
+
+
+def listdir(path: str) -> list[str]:
+    """Names (not paths) in a directory."""
+    if not is_url(path):
+        return os.listdir(path)
+    try:
+        return [n.rstrip("/") for n in _gfile.listdir(path)]
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(f"No such directory: {path}") from None
+
+
+def glob(pattern: str) -> list[str]:
+    """Paths matching a shell pattern (*, ?, [...]) in their last components."""
+    if not is_url(pattern):
+        import glob as glob_lib
+        return glob_lib.glob(pattern)
+    try:
+        return _gfile.glob(pattern)
+    except tf.errors.NotFoundError:
+        return []
+
+
+def escape(path: str) -> str:
+    """`path` with glob's special characters made literal (both layers read [x] as x)."""
+    import glob as glob_lib
+    return glob_lib.escape(path)
+
+
+def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """os.walk (following symlinks) for local paths; gfile's walk for URLs."""
+    if not is_url(top):
+        yield from os.walk(top, followlinks=True)
+        return
+    for root, dirs, files in _gfile.walk(top):
+        dirs[:] = [d.rstrip("/") for d in dirs]
+        yield root, dirs, files
+
+
+def makedirs(path: str) -> None:
+    if not is_url(path):
+        os.makedirs(path, exist_ok=True)
+        return
+    try:
+        _gfile.makedirs(path)
+    except tf.errors.OpError as e:
+        raise OSError(f"cannot create directory {path}: {e.message}") from None
+
+
+def remove(path: str) -> None:
+    """Deletes a file; FileNotFoundError if there is none."""
+    if not is_url(path):
+        os.remove(path)
+        return
+    try:
+        _gfile.remove(path)
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(f"No such file: {path}") from None
+
+
+def rmtree(path: str) -> None:
+    """Deletes a directory tree, ignoring what is already gone."""
+    if not is_url(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    try:
+        _gfile.rmtree(path)
+    except tf.errors.NotFoundError:
+        pass
+
+
+def replace(src: str, dst: str) -> None:
+    """Renames `src` over `dst`: atomic on local disk and HDFS; a copy then a delete on object
+    stores (the copy appears whole or not at all)."""
+    if not is_url(src) and not is_url(dst):
+        os.replace(src, dst)
+        return
+    try:
+        _gfile.rename(src, dst, overwrite=True)
+    except tf.errors.OpError as e:
+        raise OSError(f"cannot rename {src} to {dst}: {e.message}") from None
+
+
+def copy(src: str, dst: str) -> None:
+    """Copies a file's bytes (not atomic: see io_utils.copy_file for that)."""
+    if not is_url(src) and not is_url(dst):
+        shutil.copyfile(src, dst)
+        return
+    _gfile.copy(src, dst, overwrite=True)
+
+
+def abspath(path: str) -> str:
+    """Absolute local path; a URL is already absolute and is returned unchanged."""
+    return path if is_url(path) else os.path.abspath(path)
+
+
+def resolve_relative(base: str, path: str) -> str:
+    """`path` (~ expanded) taken relative to directory `base` unless absolute or a URL."""
+    path = os.path.expanduser(path)
+    if is_url(path) or os.path.isabs(path):
+        return path
+    return os.path.join(base, path) if is_url(base) else os.path.abspath(os.path.join(base, path))
+
+
+def realpath(path: str) -> str:
+    """Local path with symlinks resolved; a URL unchanged (object stores have no links)."""
+    return path if is_url(path) else os.path.realpath(path)
+
+
+def samefile(a: str, b: str) -> bool:
+    if not is_url(a) and not is_url(b):
+        return os.path.samefile(a, b)
+    return abspath(a) == abspath(b)
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class _GFileRaw(io.RawIOBase):
+    """A gfile stream as a raw binary file, so io.BufferedReader can put its fast readline and
+    iteration on top (GFile's own readline is a TensorFlow call per line)."""
+
+    def __init__(self, gfile: Any):
+        self._f = gfile
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._f.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._f.close()
+        super().close()
+
+
+def open(path: str, mode: str = "r", encoding: str | None = "utf-8",  # noqa: A001
+         newline: str | None = None) -> IO[Any]:
+    """Opens a file as the builtin open does ("r", "rb", "w", "wb", "a"...).
+
+    A URL opened for reading streams through a buffered reader; text modes decode with
+    `encoding` and translate newlines as open does. A URL opened for writing streams to the
+    store (an object appears when the file is closed; io_utils.atomic_open for files that must
+    never be seen half-written).
+    """
+    binary = "b" in mode
+    if not is_url(path):
+        import builtins
+        if binary:
+            return builtins.open(path, mode)
+        return builtins.open(path, mode, encoding=encoding, newline=newline)
+    if "r" in mode and "+" not in mode:
+        try:
+            raw = _GFileRaw(_gfile.GFile(path, "rb"))
+            raw._f.size()  # noqa: SLF001 -- raises NotFoundError now rather than on first read
+        except tf.errors.NotFoundError:
+            raise FileNotFoundError(f"No such file: {path}") from None
+        stream = io.BufferedReader(raw, buffer_size=1 << 20)
+        return stream if binary else io.TextIOWrapper(stream, encoding=encoding, newline=newline)
+    gfile_mode = mode.replace("t", "")
+    gfile_mode = gfile_mode if binary else gfile_mode.replace("b", "") + "b"
+    try:
+        stream = _gfile.GFile(path, gfile_mode)
+    except tf.errors.OpError as e:
+        raise OSError(f"cannot open {path} for writing: {e.message}") from None
+    if binary:
+        return stream
+    return io.TextIOWrapper(_BufferedGFileWriter(stream), encoding=encoding, newline=newline,
+                            write_through=False)
+
+
+class _BufferedGFileWriter(io.RawIOBase):
+    """Lets io.TextIOWrapper write text through a binary gfile stream."""
+
+    def __init__(self, gfile: Any):
+        self._f = gfile
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._f.write(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        if not self.closed:
+            self._f.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._f.close()
+        super().close()
