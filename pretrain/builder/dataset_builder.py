@@ -460,10 +460,8 @@ def _run_with_progress(tasks, cfg: BuildConfig, work_bytes: int, work_files: int
         bar.close()
 
 
-def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab_path: str,
-                    spm_model: str | None, files, results, done: dict[int, dict],
-                    seconds: float, work_bytes: int) -> dict:
-    num_shards = plan.num_shards
+def _merged_shard_stats(plan: Plan, results, done: dict[int, dict]) -> tuple[dict[int, dict], list]:
+    """The stats of every shard (already complete or written now) and the skipped files."""
     shard_stats = dict(done)
     skipped = []
     for result in results:
@@ -471,24 +469,25 @@ def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab
         for shard, stats in result.shards.items():
             if shard not in done:
                 shard_stats[shard] = dataclasses.asdict(stats)
-    missing = [s for s in range(num_shards) if s not in shard_stats]
+    missing = [s for s in range(plan.num_shards) if s not in shard_stats]
     if missing:  # cannot happen unless files vanish underneath us
         raise BuildError(f"shards {missing[:5]} were not written; re-run to complete them")
+    return shard_stats, skipped
+
+
+_TOTAL_KEYS = ("examples", "tokens", "tokens_kept", "tokens_cut", "example_tokens", "single_segment")
+
+
+def _metadata_record(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab_path: str,
+                     spm_model: str | None, shard_stats: dict[int, dict], skipped: list,
+                     totals: dict, eval_examples: int, seconds: float) -> dict:
+    num_shards = plan.num_shards
     eval_set = set(plan.eval_shards)
     shards = {}
     for s in range(num_shards):
         entry = dict(shard_stats[s])
         entry["split"] = "eval" if s in eval_set else "train"
         shards[pretrain_data.shard_name(s, num_shards)] = entry
-    totals = {key: sum(v[key] for v in shard_stats.values())
-              for key in ("examples", "tokens", "tokens_kept", "tokens_cut", "example_tokens",
-                          "single_segment")}
-    eval_examples = sum(shard_stats[s]["examples"] for s in eval_set)
-    if totals["examples"] == 0:
-        reason = (f"; {len(skipped)} bad file(s) were skipped" if skipped else "")
-        raise BuildError(f"no examples were produced from the {len(files)} file(s) in "
-                         f"{cfg.corpus_dir}: they hold no text{reason}")
-
     metadata = {
         "format_version": pretrain_data.FORMAT_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -521,13 +520,19 @@ def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab
     }
     if spm_model is not None:
         metadata["spm_model"] = os.path.abspath(spm_model)
-    io_utils.write_json(os.path.join(cfg.output_dir, pretrain_data.METADATA_FILE), metadata)
+    return metadata
 
+
+def _log_summary(cfg: BuildConfig, plan: Plan, files, shard_stats: dict[int, dict],
+                 skipped: list, totals: dict, eval_examples: int, done: dict[int, dict],
+                 seconds: float, work_bytes: int) -> None:
+    num_shards = plan.num_shards
     empty = sum(1 for v in shard_stats.values() if v["examples"] == 0)
     mb = work_bytes / 1e6
     line = (f"Done: {totals['examples']:,} examples ({totals['tokens']:,} tokens: "
             f"{totals['tokens_kept']:,} kept, {totals['tokens_cut']:,} cut) in "
-            f"{num_shards} shards ({len(eval_set)} held out for eval, {eval_examples:,} examples) "
+            f"{num_shards} shards ({len(plan.eval_shards)} held out for eval, "
+            f"{eval_examples:,} examples) "
             f"from {len(files)} files; {mb:.1f} MB processed in {seconds:.1f} s "
             f"({mb / max(seconds, 1e-9):.2f} MB/s) -> {cfg.output_dir}")
     if done:
@@ -540,4 +545,21 @@ def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab
                 f"{num_shards} shards, consider a smaller --num-out-files")
     for name, error in skipped[:10]:
         cfg.log(f"  skipped {name}: {error}")
+
+
+def _write_metadata(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, vocab_path: str,
+                    spm_model: str | None, files, results, done: dict[int, dict],
+                    seconds: float, work_bytes: int) -> dict:
+    shard_stats, skipped = _merged_shard_stats(plan, results, done)
+    totals = {key: sum(v[key] for v in shard_stats.values()) for key in _TOTAL_KEYS}
+    eval_examples = sum(shard_stats[s]["examples"] for s in set(plan.eval_shards))
+    if totals["examples"] == 0:
+        reason = (f"; {len(skipped)} bad file(s) were skipped" if skipped else "")
+        raise BuildError(f"no examples were produced from the {len(files)} file(s) in "
+                         f"{cfg.corpus_dir}: they hold no text{reason}")
+    metadata = _metadata_record(cfg, config, plan, tokenizer, vocab_path, spm_model, shard_stats,
+                                skipped, totals, eval_examples, seconds)
+    io_utils.write_json(os.path.join(cfg.output_dir, pretrain_data.METADATA_FILE), metadata)
+    _log_summary(cfg, plan, files, shard_stats, skipped, totals, eval_examples, done, seconds,
+                 work_bytes)
     return metadata

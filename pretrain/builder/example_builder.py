@@ -259,123 +259,162 @@ class _Progress:
         self._last = time.monotonic()
 
 
-def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None = None
-                ) -> GroupResult:
-    """Builds and writes the shards of one group (see the module docstring)."""
-    tokenizer = get_tokenizer(task.tokenizer)
-    encode = tokenizer.encode
-    rng = random.Random(f"{task.seed}:{task.group}:examples")
-    shuffle_rng = random.Random(f"{task.seed}:{task.group}:shuffle")
-    builder = ExampleBuilder(task.max_seq_length, tokenizer.cls_id, tokenizer.sep_id, rng,
-                             task.official_truncation)
-    # Tokenizer ids lie in [0, vocab_size): the serializer may skip its range check.
-    check_ids = len(tokenizer.vocab) - 1 > pretrain_data.MAX_FAST_ID
+class _GroupShards:
+    """The output side of a group: a shuffle buffer, round-robin shard assignment, per-shard
+    stats, and the group's shards written to hidden temp files and renamed when complete."""
 
-    def encode_sentences(line: str) -> list[list[int]]:
-        if task.official_truncation:
-            return [encode(line)]  # a line is one sentence, however long
-        return encode_line(line, encode, task.max_seq_length)
+    def __init__(self, task: GroupTask, shuffle_rng: random.Random, progress: _Progress,
+                 check_ids: bool):
+        self._task = task
+        self._shuffle_rng = shuffle_rng
+        self._progress = progress
+        self._check_ids = check_ids
+        self.stats = {s: ShardStats() for s in task.shards}
+        self._temp_paths = {s: temp_shard_path(task.output_dir, s, task.num_shards)
+                            for s in task.write}
+        self._writers = {s: tfrecord_writer.TFRecordWriter(p) for s, p in self._temp_paths.items()}
+        self._buffer: list[Example] = []
+        self._emitted = 0
 
-    units = list(task.units)
-    rng.shuffle(units)  # like the official script, which shuffles its file list
+    def emit(self, examples: list[Example]) -> None:
+        for example in examples:
+            self._progress.add(examples=1)
+            if len(self._buffer) < SHUFFLE_BUFFER:
+                self._buffer.append(example)
+                continue
+            j = self._shuffle_rng.randrange(SHUFFLE_BUFFER)
+            self._write(self._buffer[j])
+            self._buffer[j] = example
 
-    stats = {s: ShardStats() for s in task.shards}
-    temp_paths = {s: temp_shard_path(task.output_dir, s, task.num_shards) for s in task.write}
-    writers = {s: tfrecord_writer.TFRecordWriter(p) for s, p in temp_paths.items()}
-    progress = _Progress(report)
-    buffer: list[Example] = []
-    emitted = 0
-    skipped: list[tuple[str, str]] = []
-    bytes_read = 0
-    files = 0
-
-    def write(example: Example) -> None:
-        nonlocal emitted
-        shard = task.shards[emitted % len(task.shards)]
-        emitted += 1
-        s = stats[shard]
+    def _write(self, example: Example) -> None:
+        task = self._task
+        shard = task.shards[self._emitted % len(task.shards)]
+        self._emitted += 1
+        s = self.stats[shard]
         s.examples += 1
         s.tokens += example.num_consumed
         s.tokens_kept += example.num_kept
         s.tokens_cut += example.num_consumed - example.num_kept
         s.example_tokens += len(example.tokens)
         s.single_segment += example.single_segment
-        writer = writers.get(shard)
+        writer = self._writers.get(shard)
         if writer is not None:
             writer.write(pretrain_data.serialize_unpadded(
-                example.tokens, example.num_first, task.max_seq_length, check_ids))
+                example.tokens, example.num_first, task.max_seq_length, self._check_ids))
 
-    def emit(examples: list[Example]) -> None:
-        for example in examples:
-            progress.add(examples=1)
-            if len(buffer) < SHUFFLE_BUFFER:
-                buffer.append(example)
-                continue
-            j = shuffle_rng.randrange(SHUFFLE_BUFFER)
-            write(buffer[j])
-            buffer[j] = example
-
-    def on_bytes(n: int) -> None:
-        nonlocal bytes_read
-        bytes_read += n
-        progress.add(nbytes=n)
-
-    try:
-        for unit in units:
-            if task.skip_bad_files and not unit.file.is_tar:
-                try:
-                    corpus.validate_utf8(unit)  # a cheap decode-only pass, so a bad file adds nothing
-                except corpus.CorpusError as e:
-                    skipped.append((unit.describe(), str(e)))
-                    on_bytes(unit.end - unit.start)
-                    continue
-            try:
-                for document in corpus.iter_documents(unit, on_bytes):
-                    lines = document.lines
-                    if task.skip_bad_files and unit.file.is_tar:
-                        try:
-                            lines = list(lines)  # archive members are single, small documents
-                        except corpus.CorpusError as e:
-                            skipped.append((document.name, str(e)))
-                            continue
-                    split_on_blanks = (document.blank_lines_split
-                                       if task.blanks_separate_docs is None
-                                       else task.blanks_separate_docs)
-                    for line in lines:
-                        line = line.strip()
-                        if line:
-                            for piece in encode_sentences(line):
-                                emit(builder.add_sentence(piece))
-                        elif split_on_blanks:
-                            emit(builder.end_document())
-                    # The end of a file, range or archive member always ends a document.
-                    emit(builder.end_document())
-            except corpus.CorpusError as e:
-                if not task.skip_bad_files:
-                    raise
-                # Only a damaged archive gets here (other files were validated above); the
-                # documents read before the damage are kept.
-                skipped.append((unit.describe(), f"{e} (documents before the damage were used)"))
-                emit(builder.end_document())
-            if unit.end == unit.file.size:  # the last range of a file: count the file as done
-                files += 1
-                progress.add(files=1)
-        shuffle_rng.shuffle(buffer)
-        for example in buffer:
-            write(example)
-        for writer in writers.values():
+    def commit(self) -> None:
+        """Writes out the buffer, then each shard's stats and the shard itself."""
+        self._shuffle_rng.shuffle(self._buffer)
+        for example in self._buffer:
+            self._write(example)
+        for writer in self._writers.values():
             writer.close()
         # Stats first, then the shard: a shard that exists is complete and has its stats.
-        for shard, path in temp_paths.items():
+        task = self._task
+        for shard, path in self._temp_paths.items():
             io_utils.write_json(stats_path(task.output_dir, shard, task.num_shards),
-                                dataclasses.asdict(stats[shard]))
+                                dataclasses.asdict(self.stats[shard]))
             os.replace(path, os.path.join(task.output_dir,
                                           pretrain_data.shard_name(shard, task.num_shards)))
-    finally:
-        for writer in writers.values():
+
+    def discard_unfinished(self) -> None:
+        for writer in self._writers.values():
             writer.close()
-        for path in temp_paths.values():
+        for path in self._temp_paths.values():
             if os.path.exists(path):
                 os.remove(path)
+
+
+class _GroupReader:
+    """The input side of a group: reads its units in order and feeds sentences to the
+    ExampleBuilder; with skip_bad_files, records bad files instead of raising."""
+
+    def __init__(self, task: GroupTask, builder: ExampleBuilder, encode: Callable[[str], list[int]],
+                 shards: _GroupShards, progress: _Progress):
+        self._task = task
+        self._builder = builder
+        self._encode = encode
+        self._shards = shards
+        self._progress = progress
+        self.skipped: list[tuple[str, str]] = []
+        self.bytes_read = 0
+        self.files = 0
+
+    def _on_bytes(self, n: int) -> None:
+        self.bytes_read += n
+        self._progress.add(nbytes=n)
+
+    def _sentences(self, line: str) -> list[list[int]]:
+        if self._task.official_truncation:
+            return [self._encode(line)]  # a line is one sentence, however long
+        return encode_line(line, self._encode, self._task.max_seq_length)
+
+    def read(self, unit: corpus.Unit) -> None:
+        task, emit = self._task, self._shards.emit
+        if task.skip_bad_files and not unit.file.is_tar:
+            try:
+                corpus.validate_utf8(unit)  # a cheap decode-only pass, so a bad file adds nothing
+            except corpus.CorpusError as e:
+                self.skipped.append((unit.describe(), str(e)))
+                self._on_bytes(unit.end - unit.start)
+                return
+        try:
+            for document in corpus.iter_documents(unit, self._on_bytes):
+                self._read_document(unit, document)
+        except corpus.CorpusError as e:
+            if not task.skip_bad_files:
+                raise
+            # Only a damaged archive gets here (other files were validated above); the
+            # documents read before the damage are kept.
+            self.skipped.append((unit.describe(), f"{e} (documents before the damage were used)"))
+            emit(self._builder.end_document())
+        if unit.end == unit.file.size:  # the last range of a file: count the file as done
+            self.files += 1
+            self._progress.add(files=1)
+
+    def _read_document(self, unit: corpus.Unit, document) -> None:
+        task, emit, builder = self._task, self._shards.emit, self._builder
+        lines = document.lines
+        if task.skip_bad_files and unit.file.is_tar:
+            try:
+                lines = list(lines)  # archive members are single, small documents
+            except corpus.CorpusError as e:
+                self.skipped.append((document.name, str(e)))
+                return
+        split_on_blanks = (document.blank_lines_split if task.blanks_separate_docs is None
+                           else task.blanks_separate_docs)
+        for line in lines:
+            line = line.strip()
+            if line:
+                for piece in self._sentences(line):
+                    emit(builder.add_sentence(piece))
+            elif split_on_blanks:
+                emit(builder.end_document())
+        # The end of a file, range or archive member always ends a document.
+        emit(builder.end_document())
+
+
+def build_group(task: GroupTask, report: Callable[[int, int, int], None] | None = None
+                ) -> GroupResult:
+    """Builds and writes the shards of one group (see the module docstring)."""
+    tokenizer = get_tokenizer(task.tokenizer)
+    rng = random.Random(f"{task.seed}:{task.group}:examples")
+    shuffle_rng = random.Random(f"{task.seed}:{task.group}:shuffle")
+    builder = ExampleBuilder(task.max_seq_length, tokenizer.cls_id, tokenizer.sep_id, rng,
+                             task.official_truncation)
+    units = list(task.units)
+    rng.shuffle(units)  # like the official script, which shuffles its file list
+
+    progress = _Progress(report)
+    # Tokenizer ids lie in [0, vocab_size): the serializer may skip its range check.
+    check_ids = len(tokenizer.vocab) - 1 > pretrain_data.MAX_FAST_ID
+    shards = _GroupShards(task, shuffle_rng, progress, check_ids)
+    reader = _GroupReader(task, builder, tokenizer.encode, shards, progress)
+    try:
+        for unit in units:
+            reader.read(unit)
+        shards.commit()
+    finally:
+        shards.discard_unfinished()
         progress.flush()
-    return GroupResult(task.group, stats, skipped, files, bytes_read)
+    return GroupResult(task.group, shards.stats, reader.skipped, reader.files, reader.bytes_read)
