@@ -13,8 +13,11 @@ Examples:
       --output-dir data/pretrain_tfrecords        # trains a SentencePiece vocabulary first
 """
 import argparse
+import logging
 import sys
 import textwrap
+
+from util import console  # first: keeps TensorFlow's start-up lines off the console
 
 from pretrain.builder import corpus, dataset_builder
 from util import training_utils
@@ -129,11 +132,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-progress", dest="show_progress", action="store_false",
         help="No progress bar (the summary line is still printed). Example: --no-progress")
+    console.add_verbose_flag(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    console.setup(args.verbose, logging.WARNING, "%(levelname)s %(message)s")
     config = dataset_builder.BuildConfig(
         corpus_dir=args.corpus_dir, output_dir=args.output_dir, vocab_file=args.vocab_file,
         spm_model=args.spm_model, vocab_size=args.vocab_size, do_lower_case=args.do_lower_case,

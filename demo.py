@@ -156,10 +156,11 @@ def write_corpus_and_task(work_dir: str, seed: int = 0) -> dict:
                 task_sizes={k: len(v) for k, v in splits.items()})
 
 
-def _run(step: str, args: list[str], env: dict | None = None) -> None:
+def _run(step: str, args: list[str], verbose: bool = False) -> None:
     """Runs one of the project's scripts as a user would, stopping the demo if it fails."""
+    args = args + ["--verbose"] if verbose else args
     print(f"\n== {step}\n$ python {' '.join(args)}", flush=True)
-    result = subprocess.run([sys.executable] + args, cwd=REPO_DIR, env=env)
+    result = subprocess.run([sys.executable] + args, cwd=REPO_DIR)
     if result.returncode != 0:
         sys.exit(f"demo: step '{step}' failed (exit code {result.returncode}); see the messages above")
 
@@ -198,10 +199,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="fine-tuning epochs on the reference-or-library task (default 3)")
     parser.add_argument("--vocab-size", type=int, default=4000,
                         help="SentencePiece vocabulary trained on the corpus (default 4000)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="pass --verbose to every step: TensorFlow's start-up lines and "
+                             "warnings, whole configs")
     args = parser.parse_args(argv)
     work = os.path.abspath(args.work_dir)
     os.makedirs(work, exist_ok=True)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    verbose = args.verbose
 
     print(f"== 1/6 corpus: the standard library's documentation -> {work}/corpus", flush=True)
     # In a child process: importing hundreds of stdlib modules should not touch the demo's own.
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     _run("2/6 pre-training data (a SentencePiece vocabulary trained on the corpus first)",
          ["build_pretraining_dataset.py", "--corpus-dir", os.path.join(work, "corpus"),
           "--vocab-size", str(args.vocab_size), "--output-dir", tfrecords,
-          "--max-seq-length", "128", "--num-processes", "2"], env)
+          "--max-seq-length", "128", "--num-processes", "2"], verbose)
     spm_model = os.path.join(tfrecords, "spm.model")
     tiny = {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 2,
             "intermediate_size": 512}
@@ -228,20 +232,20 @@ def main(argv: list[str] | None = None) -> int:
         "compute_dtype": "bfloat16" if _has_bf16() else "float32"}
     _run("3/6 pre-training a tiny ELECTRA (hidden 128, 3 layers, generator 1/4 width)",
          ["run_pretraining.py", "--data-dir", work, "--model-name", "demo",
-          "--hparams", json.dumps(pretrain_hparams)], env)
+          "--hparams", json.dumps(pretrain_hparams)], verbose)
     model_dir = os.path.join(work, "models", "demo")
 
     original, replaced = _pick_demo_sentence(work)
     print(f"\n== 4/6 the discriminator reads a sentence in which one word was replaced by hand"
           f"\n   original: {original}\n   replaced: {replaced}", flush=True)
-    _run("scoring", ["score_text.py", "--model-dir", model_dir, replaced], env)
+    _run("scoring", ["score_text.py", "--model-dir", model_dir, replaced], verbose)
 
     task_dir = os.path.join(work, "finetuning_data", "sst")
     probe_json = os.path.join(model_dir, "results", "probe_results.json")
     _run("5/6 a linear probe on frozen features: the reference-or-library task, read off the "
          "pre-trained encoder and off a random one of the same shape",
          ["tools/probe.py", "--model-dir", model_dir, "--tasks", "sst", "--sst", task_dir,
-          "--train-size", "100000", "--random-seeds", "3", "--json", probe_json], env)
+          "--train-size", "100000", "--random-seeds", "3", "--json", probe_json], verbose)
 
     finetune = {"task_names": ["sst"], "vocab_file": spm_model, "vocab_size": args.vocab_size,
                 "max_seq_length": 64, "num_train_epochs": args.finetune_epochs,
@@ -249,14 +253,14 @@ def main(argv: list[str] | None = None) -> int:
                 "lr_decay_after_warmup": True, "train_batch_size": 32}
     _run("6/6 fine-tuning on the reference-or-library task (from the pre-trained model)",
          ["run_finetuning.py", "--data-dir", work, "--model-name", "demo",
-          "--hparams", json.dumps(finetune)], env)
+          "--hparams", json.dumps(finetune)], verbose)
     scratch = dict(finetune, init_checkpoint="", model_hparam_overrides=tiny, embedding_size=64,
                    model_dir=os.path.join(model_dir, "finetuning_models", "sst_scratch_model"),
                    results_txt=os.path.join(model_dir, "results", "sst_scratch_results.txt"),
                    results_json=os.path.join(model_dir, "results", "sst_scratch_results.json"))
     _run("the same fine-tuning from random initialisation, for comparison",
          ["run_finetuning.py", "--data-dir", work, "--model-name", "demo",
-          "--hparams", json.dumps(scratch)], env)
+          "--hparams", json.dumps(scratch)], verbose)
 
     print("\n== scores on the reference-or-library task's dev set (accuracy)")
     probes = _scores(probe_json)

@@ -39,6 +39,8 @@ import shutil
 import sys
 import tempfile
 
+from util import console  # first: keeps TensorFlow's start-up lines off the console
+
 import numpy as np
 
 from model import hf_conversion as hf
@@ -439,9 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="Hugging Face export: weights and config.json only, no tokenizer "
                              "files (needed for SentencePiece models, which ElectraTokenizer "
                              "cannot read)")
+    console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    console.setup(args.verbose)
     try:
         if args.import_dir:
             if args.format != "huggingface":

@@ -22,6 +22,8 @@ import contextlib
 import logging
 import sys
 
+from util import console  # first: keeps TensorFlow's start-up lines off the console
+
 from tqdm import tqdm
 
 from finetune import prediction
@@ -49,6 +51,7 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, help="default: the trial's predict_batch_size")
     p.add_argument("--vocab-file", help="override the vocabulary found for the model")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    console.add_verbose_flag(p)
     return p.parse_args(argv)
 
 
@@ -97,9 +100,8 @@ def predict(args) -> int:
 
 
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
     args = parse_args(argv)
+    console.setup(args.verbose)
     try:
         return predict(args)
     except (task_lib.TaskDataError, HParamError, ValueError, FileNotFoundError) as e:

@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Any
 
+from util import console  # first: keeps TensorFlow's start-up lines off the console
+
 import numpy as np
 import tensorflow as tf
 
@@ -214,9 +216,9 @@ Task data: <data-dir>/finetuning_data/<task>/. Every hparam: docs/HPARAMS.md."""
     parser.add_argument("--hparams", default="{}",
                         help="JSON object of hyperparameters, or the path of a .json file holding "
                              "one. Example: --hparams '{\"task_names\": [\"mrpc\"]}'")
+    console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    console.setup(args.verbose)
     try:
         with preemption.install():
             config = configure_finetuning.FinetuningConfig.from_hparams(

@@ -19,11 +19,15 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import sys
+
+from util import console  # first: keeps TensorFlow's start-up lines off the console
 
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
+from model import model_dir as model_dir_lib
 from pretrain import evaluation, input_pipeline, loop, run_setup
 from pretrain.trainer import Trainer
 from util import checkpoint, distribution, preemption, record_check
@@ -34,7 +38,10 @@ log = logging.getLogger("electra.pretrain")
 
 
 def _log_config(config: PretrainingConfig, trainer: Trainer) -> None:
-    log.info("Config: %s", json.dumps(config.to_dict(), sort_keys=True))
+    if console.verbose():
+        log.info("Config: %s", json.dumps(config.to_dict(), sort_keys=True))
+    elif config.do_train:
+        log.info("config: %s", os.path.join(config.model_dir, model_dir_lib.PRETRAIN_CONFIG_FILE))
     disc = trainer.model.disc_config
     gen = trainer.model.generator_config
     params = sum(int(tf.size(v)) for v in trainer.model_vars.values())
@@ -120,9 +127,9 @@ Re-running a command resumes it. Every hparam: docs/HPARAMS.md.""")
     parser.add_argument("--hparams", default="{}",
                         help="JSON object of hparams, or the path of a .json file holding one. "
                              "Example: --hparams '{\"model_size\": \"base\"}'")
+    console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    console.setup(args.verbose)
     try:
         with preemption.install():
             config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)

@@ -25,6 +25,8 @@ import logging
 import re
 import sys
 
+from util import console  # first: keeps TensorFlow's start-up lines off the console
+
 import numpy as np
 
 from model import model_dir as model_dir_lib
@@ -168,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="lower-case the text")
     case.add_argument("--cased", dest="do_lower_case", action="store_false",
                       help="keep the case of the text")
+    console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s",
-                        stream=sys.stderr)
+    console.setup(args.verbose, logging.WARNING, "%(levelname)s %(message)s")
     try:
         if args.mask_prob is not None and not 0.0 < args.mask_prob < 1.0:
             raise ValueError(f"--mask-prob must be in (0, 1), got {args.mask_prob}")

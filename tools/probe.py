@@ -22,6 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from util import console  # noqa: E402 -- first: keeps TensorFlow's start-up lines off the console
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(REPO, "..", "shared", "data")
@@ -113,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-random", action="store_true",
                         help="skip the randomly initialised encoder")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    console.setup(args.verbose, logging.INFO, "%(levelname)s %(message)s")
     if args.random_seeds < 1:
         parser.error(f"--random-seeds must be >= 1, got {args.random_seeds}")
     for flag in ("train_size", "test_size", "updates"):
