@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import configure_finetuning
 from finetune import preprocessing
+from finetune import task as task_lib
 from finetune import task_builder
 from finetune import trainer
 from util import checkpoint
@@ -34,6 +35,7 @@ from util import distribution
 from util import io_utils
 from util import preemption
 from util import record_check
+from util import resume
 from util import training_utils
 
 log = logging.getLogger("run_finetuning")
@@ -79,22 +81,60 @@ def write_results(config: configure_finetuning.FinetuningConfig,
     return summary
 
 
-def _eval_key(config: configure_finetuning.FinetuningConfig) -> dict[str, Any]:
-    return {"max_eval_examples": config.max_eval_examples, "debug": config.debug}
+def trial_keys(config: configure_finetuning.FinetuningConfig, tasks, preprocessor
+               ) -> dict[str, Any]:
+    """What a finished trial's record depends on besides its settings: the training examples
+    (file content, a custom task's columns, labels and range, vocabulary), and what its dev
+    results and test outputs are computed from (those files and the scoring settings)."""
+    def content(task, split):
+        try:
+            return preprocessor.content_key([task], split)
+        except task_lib.TaskDataError as e:  # e.g. no test file: nothing written from it
+            return f"unreadable: {e}"
+
+    keys = {"train_data": preprocessor.cache_key(tasks, "train", True) if config.do_train
+            else None}
+    keys["eval_key"] = {
+        "max_eval_examples": config.max_eval_examples, "debug": config.debug,
+        "qa_na_threshold": config.qa_na_threshold, "n_best_size": config.n_best_size,
+        "max_answer_length": config.max_answer_length,
+        "custom_specs": {t.name: config.custom_tasks[t.name] for t in tasks
+                         if t.name in config.custom_tasks},
+        "data": {f"{t.name} {split}": content(t, split) for t in tasks
+                 for split, _ in t.get_eval_splits()} if config.do_eval else None}
+    keys["test_key"] = {f"{t.name} {split}": content(t, split) for t in tasks
+                        for split in t.get_test_splits()} if config.write_test_outputs else None
+    return keys
 
 
 def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: int,
-                        need_test_outputs: bool) -> dict[str, Any] | None:
-    """The saved record of a trial that finished with the same settings, else None."""
+                        need_test_outputs: bool, keys: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved record of a trial that finished with the same settings and inputs, else None
+    (logging what changed: the trial is then re-evaluated, or refused or retrained by
+    trainer.ModelRunner.check_settings when it was trained on something else)."""
     path = os.path.join(trainer.trial_dir(config, trial), trainer.RESULTS_FILE)
     if not config.do_train or not os.path.exists(path):
         return None
     record = io_utils.read_json(path)
-    if (record.get("training_settings") != trainer.training_settings(config)
-            or record.get("eval_key") != _eval_key(config)
-            or not record.get("train_steps")
-            or record.get("global_step", -1) < record["train_steps"]
-            or (need_test_outputs and not record.get("test_outputs"))):
+    if not record.get("train_steps") or record.get("global_step", -1) < record["train_steps"]:
+        return None
+    compared = [("training settings", "training_settings",
+                 trainer.without_eval_only_keys(trainer.training_settings(config))),
+                ("training data", "train_data", keys["train_data"]),
+                ("evaluation data or settings", "eval_key", keys["eval_key"])]
+    if need_test_outputs:
+        compared.append(("test data", "test_key", keys["test_key"]))
+    for what, name, current in compared:
+        saved = record.get(name)
+        if name == "training_settings" and isinstance(saved, dict):
+            saved = trainer.without_eval_only_keys(saved)
+        changes = ([f"{name}: not recorded (an older version's record)"] if name not in record
+                   else resume.key_changes(saved, current))
+        if changes:
+            log.info("trial %d finished before, but its %s changed (%s): not reusing its "
+                     "results", trial, what, "; ".join(changes[:5]))
+            return None
+    if need_test_outputs and not record.get("test_outputs"):
         return None
     return record
 
@@ -107,11 +147,11 @@ def _remove_checkpoints(directory: str) -> None:
 # -- the run ------------------------------------------------------------------------------------
 
 
-def run_trial(config, tasks, preprocessor, trial, strategy) -> dict[str, Any] | None:
+def run_trial(config, tasks, preprocessor, trial, strategy, keys) -> dict[str, Any] | None:
     """Trains (or resumes) and evaluates one trial; returns its record when do_eval."""
     is_chief = distribution.is_chief(strategy)
     need_test = config.write_test_outputs and trial <= config.n_writes_test
-    finished = load_finished_trial(config, trial, need_test)
+    finished = load_finished_trial(config, trial, need_test, keys)
     if finished is not None:
         log.info("trial %d already finished (step %d); reusing its results", trial,
                  finished["global_step"])
@@ -128,7 +168,8 @@ def run_trial(config, tasks, preprocessor, trial, strategy) -> dict[str, Any] | 
         record = {"trial": trial, "seed": runner.seed, "global_step": runner.global_step,
                   "train_steps": runner.train_steps, "results": runner.evaluate(),
                   "training_settings": trainer.training_settings(config),
-                  "eval_key": _eval_key(config), "test_outputs": []}
+                  "train_data": keys["train_data"], "eval_key": keys["eval_key"],
+                  "test_key": keys["test_key"], "test_outputs": []}
     if need_test:
         output_dir = os.path.join(config.test_predictions_dir, f"trial_{trial}")
         written = runner.write_test_outputs(output_dir)
@@ -162,6 +203,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
         for split in splits:
             task.get_examples(split)
     preprocessor = preprocessing.Preprocessor(config, tasks)
+    keys = trial_keys(config, tasks, preprocessor)
     lock_dir, lock_name = os.path.split(os.path.abspath(config.model_dir))
     summary = None
     with training_utils.RunLock(lock_dir, filename=f".{lock_name}.lock"):
@@ -173,7 +215,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
             log.info("=== trial %d/%d: model %s, tasks %s ===", trial, config.num_trials,
                      config.model_name, ",".join(config.task_names))
             try:
-                record = run_trial(config, tasks, preprocessor, trial, strategy)
+                record = run_trial(config, tasks, preprocessor, trial, strategy, keys)
             except tf.errors.DataLossError as e:
                 # A damaged feature cache would fail every re-run the same way: name it.
                 caches = glob.glob(os.path.join(glob.escape(config.preprocessed_data_dir),

@@ -7,9 +7,11 @@ and are skipped in scoring (as the official release).
 
 Cache: `<preprocessed_data_dir>/<tasks>_<split>_<key hash>.tfrecord` plus a `.metadata.json`
 holding the full key. The key covers everything that changes the records: the content hash of
-the split's data files (Task.split_files) and of the vocabulary, tokenizer type and casing, max_seq_length, task order, task settings, example
-limits, batch size (padding) and the shuffle seed; a changed setting gets a new file instead of
-reusing stale features. Files are written under a temporary name and renamed, metadata last, so
+the split's data files (Task.split_files) and of the vocabulary, tokenizer type and casing,
+max_seq_length, task order, task settings, a custom task's whole spec (its columns, header,
+format, labels, range), example limits, batch size (padding) and the shuffle seed; a changed
+setting gets a new file instead of reusing stale features. `content_key` (the key without the
+batching) is what a finished trial's dev results and test outputs are keyed on. Files are written under a temporary name and renamed, metadata last, so
 a crash never leaves a cache entry that looks complete.
 """
 import dataclasses
@@ -28,6 +30,7 @@ import configure_finetuning
 from finetune import feature_spec
 from finetune import task as task_lib
 from util import io_utils
+from util import task_spec
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ class PreparedData:
     n_examples: int  # rows including padding (a multiple of batch_size)
     n_real: int  # rows that are examples
     batch_size: int
+    key: dict = dataclasses.field(default_factory=dict)  # the cache key it was made under
 
     @property
     def steps_per_epoch(self) -> int:
@@ -126,6 +130,12 @@ class Preprocessor:
     # -- cache ------------------------------------------------------------------------------------
 
     def cache_key(self, tasks: Sequence[task_lib.Task], split: str, is_training: bool) -> dict:
+        return dict(self.content_key(tasks, split),
+                    batch_size=self._batch_size(split, is_training),
+                    shuffle_seed=self._config.seed if is_training else None)
+
+    def content_key(self, tasks: Sequence[task_lib.Task], split: str) -> dict:
+        """Everything that decides the examples and features of `split` (not their batching)."""
         c = self._config
         return {
             "format": FEATURE_FORMAT_VERSION,
@@ -133,17 +143,20 @@ class Preprocessor:
             "tasks": [t.name for t in tasks],
             "task_names": list(c.task_names),  # task ids are positions in this list
             "task_settings": {t.name: t.cache_key() for t in tasks},
+            # A custom task's columns, header, format, labels and range (a changed text_a of the
+            # same file must not reuse the old column's features).
+            "custom_specs": {t.name: task_spec.without_eval_only_keys(c.custom_tasks[t.name])
+                             for t in tasks
+                             if isinstance(c.custom_tasks, dict) and t.name in c.custom_tasks},
             "max_examples": {t.name: t.max_examples(split) for t in tasks},
             "vocab_sha256": file_sha256(c.vocab_file) if c.vocab_file and os.path.isfile(
                 c.vocab_file) else None,
             # The data itself, not just the settings: an edited train.tsv is featurized anew.
-            "data_sha256": {t.name: [[os.path.basename(f), io_utils.sha256_file(f)]
-                                     for f in t.split_files(split)] for t in tasks},
+            "data_sha256": {t.name: {os.path.basename(f): io_utils.sha256_file(f)
+                                     for f in t.split_files(split)} for t in tasks},
             "tokenizer": "sentencepiece" if (c.vocab_file or "").endswith(".model") else "wordpiece",
             "do_lower_case": c.do_lower_case,
             "max_seq_length": c.max_seq_length,
-            "batch_size": self._batch_size(split, is_training),
-            "shuffle_seed": c.seed if is_training else None,
         }
 
     def _batch_size(self, split: str, is_training: bool) -> int:
@@ -168,7 +181,7 @@ class Preprocessor:
                 log.info("using cached features %s (%d examples)", record_path,
                          metadata["n_real"])
                 return PreparedData(record_path, metadata["n_examples"], metadata["n_real"],
-                                    batch_size)
+                                    batch_size, key)
             log.info("cached features %s were made with other settings; rebuilding", record_path)
         examples = []
         for t in tasks:
@@ -185,7 +198,7 @@ class Preprocessor:
         n_examples, n_real = self._write(examples, is_training, record_path, batch_size)
         io_utils.write_json(metadata_path, {"key": key, "n_examples": n_examples,
                                             "n_real": n_real})
-        return PreparedData(record_path, n_examples, n_real, batch_size)
+        return PreparedData(record_path, n_examples, n_real, batch_size, key)
 
     def _write(self, examples: Iterable[task_lib.Example], is_training: bool, path: str,
                batch_size: int) -> tuple[int, int]:

@@ -31,6 +31,7 @@ from util import io_utils
 from util import preemption
 from util import resume
 from util import step_engine
+from util import task_spec
 from util import training_utils
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,19 @@ NOT_TRAINING_SETTINGS = frozenset({
 })
 
 
+
 def training_settings(config: configure_finetuning.FinetuningConfig) -> dict[str, Any]:
-    """The hparams a trial's checkpoint depends on (compared when resuming)."""
+    """The hparams a trial's checkpoint depends on (compared when resuming, without a custom
+    task's task_spec.EVAL_ONLY_KEYS)."""
     return {k: v for k, v in config.to_dict().items() if k not in NOT_TRAINING_SETTINGS}
+
+
+def without_eval_only_keys(settings: dict[str, Any]) -> dict[str, Any]:
+    specs = settings.get("custom_tasks")
+    if not isinstance(specs, dict):
+        return settings
+    return dict(settings, custom_tasks={name: task_spec.without_eval_only_keys(spec)
+                                        for name, spec in specs.items()})
 
 
 def trial_dir(config: configure_finetuning.FinetuningConfig, trial: int) -> str:
@@ -126,13 +137,25 @@ class ModelRunner:
         path = os.path.join(self.model_dir, SETTINGS_FILE)
         if not os.path.exists(path) or self.manager.latest() is None:
             return
-        saved = io_utils.read_json(path).get("training_settings", {})
-        refused, _ = resume.split_changes(saved, training_settings(self.config),
+        record = io_utils.read_json(path)
+        saved = without_eval_only_keys(record.get("training_settings", {}))
+        refused, _ = resume.split_changes(saved, without_eval_only_keys(
+                                              training_settings(self.config)),
                                           lambda key: key not in NOT_TRAINING_SETTINGS)
         if refused:
             raise ValueError(
                 f"{self.model_dir} holds a trial trained with other settings ("
                 + "; ".join(refused[:5]) + "). Delete that directory or set another model_dir.")
+        # The training examples themselves (file content, a custom task's columns, the
+        # vocabulary): continuing on other data, or calling a trial of a shrunk file finished
+        # because its old step count is reached, would mix two trainings.
+        if self.train_data is not None and "training_data" in record:
+            changed = resume.key_changes(record["training_data"], self.train_data.key)
+            if changed:
+                raise ValueError(
+                    f"{self.model_dir} holds a trial trained on other training data ("
+                    + "; ".join(changed[:5]) + "). Delete that directory to train anew on the "
+                    "current data, or restore the data it was trained on.")
 
     def initialize(self) -> str:
         """Resumes from the trial's checkpoint, else loads init_checkpoint; returns which."""
@@ -159,6 +182,7 @@ class ModelRunner:
         if self.is_chief and self.config.do_train:
             io_utils.write_json(os.path.join(self.model_dir, SETTINGS_FILE), {
                 "training_settings": training_settings(self.config),
+                "training_data": self.train_data.key,
                 "bert_config": self.model.bert_config.to_dict(), "init": source})
             # The trial carries its vocabulary (with its settings: casing, a custom task's
             # labels), so predict.py and exports need nothing else.

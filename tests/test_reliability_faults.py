@@ -15,11 +15,14 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
+import configure_finetuning
 import pretrain_fixtures as fx
 import run_finetuning
 import run_pretraining
 from configure_pretraining import PretrainingConfig
+from finetune import preprocessing, task_builder
 from tools.kill_resume import KillHook
 from util import checkpoint, io_utils
 from util import training_utils as tu
@@ -381,3 +384,118 @@ def test_nan_in_finetuning_stops_with_the_step_and_keeps_the_last_checkpoint(tmp
     assert latest.endswith(f"model.ckpt-{step - 1}")
     assert f"Last good checkpoint: {latest} (left in place)" in caplog.text
     assert not (tmp_path / "models" / "m" / "results").exists()  # no results from a NaN model
+
+
+# -- stale results: caches and "already done" decisions follow every input ----------------------
+
+
+TINY_FINETUNE = {"init_checkpoint": "", "max_seq_length": 8, "train_batch_size": 2,
+                 "eval_batch_size": 2, "predict_batch_size": 2, "embedding_size": 16,
+                 "model_hparam_overrides": {"hidden_size": 16, "num_hidden_layers": 1,
+                                            "num_attention_heads": 1, "intermediate_size": 32}}
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(1, 9)]
+
+
+def _custom_run(tmp_path, spec, **hparams):
+    """run_finetuning.main on custom task "mine" (files in tmp_path), a 1-layer random model."""
+    (tmp_path / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    spec = {k: str(tmp_path / v) if k in ("train", "dev", "test") else v for k, v in spec.items()}
+    values = dict(TINY_FINETUNE, task_names=["mine"], vocab_size=len(WORDS),
+                  custom_tasks={"mine": spec}, **hparams)
+    return lambda: run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m",
+                                        "--hparams", json.dumps(values)])
+
+
+def _tree(root) -> dict:
+    out = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            out[path] = open(path, "rb").read()
+    return out
+
+
+def test_a_finished_trial_follows_its_dev_test_and_training_files(tmp_path, caplog):
+    """A finished trial is reused only while its inputs are the same: an edited dev file or
+    another metric re-evaluates it (no training), an edited test file rewrites its test
+    predictions, and an edited training file is refused naming the file (exit 2, nothing on
+    disk changed). Its old score was reported, and a halted trial of a shrunk training file was
+    recorded as finished, before."""
+    caplog.set_level("INFO")
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(
+        f"w{i} w{i + 1},{'pos' if i % 2 else 'neg'}\n" for i in range(1, 7)))
+    (tmp_path / "dev.csv").write_text("text,label\nw1 w2,pos\nw3 w4,neg\nw5,pos\nw6,neg\n")
+    (tmp_path / "test.csv").write_text("text\nw1\nw2\n")
+    spec = {"type": "classification", "train": "train.csv", "dev": "dev.csv",
+            "test": "test.csv", "text_a": "text", "label": "label"}
+    run = _custom_run(tmp_path, spec, write_test_outputs=True, num_train_epochs=1.0)
+    models = tmp_path / "models" / "m"
+    trial = models / "finetuning_models" / "mine_model_1"
+    results = models / "results" / "mine_results.json"
+    predictions = models / "test_predictions" / "trial_1" / "mine_test_predictions.jsonl"
+    assert run() == 0
+    weights = _digests(str(trial))
+    first = json.loads(results.read_text())["median"]["mine"]["accuracy"]
+
+    (tmp_path / "dev.csv").write_text("text,label\nw1 w2,neg\nw3 w4,neg\nw5,pos\nw6,neg\n")
+    caplog.clear()
+    assert run() == 0
+    assert ("its evaluation data or settings changed (data.mine dev.data_sha256.mine.dev.csv: "
+            "content changed): not reusing its results") in caplog.text
+    assert "trial 1: already trained (3 steps)" in caplog.text  # evaluated, not trained again
+    assert json.loads(results.read_text())["median"]["mine"]["accuracy"] != first
+    assert _digests(str(trial)) == weights
+
+    run = _custom_run(tmp_path, dict(spec, metrics=["accuracy", "f1"]), write_test_outputs=True,
+                      num_train_epochs=1.0)
+    caplog.clear()
+    assert run() == 0  # a metric is not a training setting: evaluated, not refused
+    assert "custom_specs.mine.metrics: added" in caplog.text
+    assert "f1" in json.loads(results.read_text())["median"]["mine"]
+
+    (tmp_path / "test.csv").write_text("text\nw1\nw2\nw3\n")
+    caplog.clear()
+    assert run() == 0
+    assert "its test data changed (mine test.data_sha256.mine.test.csv: content changed)" \
+        in caplog.text
+    assert len(predictions.read_text().splitlines()) == 3
+
+    (tmp_path / "train.csv").write_text("text,label\nw1 w2,pos\nw3 w4,neg\n")
+    before = _tree(tmp_path)
+    caplog.clear()
+    assert run() == 2
+    assert (f"{trial} holds a trial trained on other training data (data_sha256.mine.train.csv: "
+            "content changed)") in caplog.text
+    after = _tree(tmp_path)
+    assert [p for p in before if after.get(p) != before[p]] == []
+
+
+def test_feature_cache_keys_on_a_custom_tasks_columns_and_range(tmp_path):
+    """Another text column of the same file, a second text column or another regression range
+    is featurized anew (the cache used to key on the file and the label set only, so the old
+    column's features and old targets were reused: same dev score, scores off by the range)."""
+    (tmp_path / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    (tmp_path / "train.tsv").write_text("a\tb\ty\nw1 w2\tw5\t1\nw3\tw6 w7\t4\n")
+
+    def prepare(**changes):
+        spec = dict({"type": "regression", "train": str(tmp_path / "train.tsv"),
+                     "text_a": "a", "label": "y", "range": [0, 5]}, **changes)
+        config = configure_finetuning.FinetuningConfig.from_hparams(
+            "m", str(tmp_path), dict(TINY_FINETUNE, task_names=["mine"], vocab_size=len(WORDS),
+                                     custom_tasks={"mine": spec}))
+        tasks = task_builder.get_tasks(config)
+        data = preprocessing.Preprocessor(config, tasks).prepare_train()
+        rows = [tf.train.Example.FromString(r.numpy()).features.feature
+                for r in tf.data.TFRecordDataset(data.path)]
+        return data.path, sorted((list(r["input_ids"].int64_list.value),
+                                  round(r["mine_targets"].float_list.value[0], 4)) for r in rows)
+
+    path, rows = prepare()
+    assert prepare() == (path, rows)  # same spec, same file: the cache
+    other_column = prepare(text_a="b")
+    assert other_column[0] != path and other_column[1] != rows
+    other_range = prepare(range=[0, 10])
+    assert other_range[0] != path
+    assert [t for _, t in other_range[1]] == [t / 2 for _, t in rows]
+    pair = prepare(text_b="b")
+    assert pair[0] != path and pair[1] != rows

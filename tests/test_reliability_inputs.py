@@ -258,6 +258,17 @@ def build_over_output_of_other_settings(env, tmp):
         r"out holds shards built with other settings \(max_seq_length: 16 before, 32 now\)"]
 
 
+@case
+def build_over_output_of_an_edited_corpus_file(env, tmp):
+    # The corpus was known by file names and sizes: a same-size edit resumed over the old shards.
+    assert build(tmp, {"a.txt": GOOD_TEXT * 20})() == 0
+    edited = (GOOD_TEXT * 20).replace("w1 ", "w2 ")
+    assert len(edited) == len(GOOD_TEXT * 20)
+    act = build(tmp, {"a.txt": edited})
+    os.utime(tmp / "corpus" / "a.txt", ns=(1, 10 ** 18))
+    return act, [r"out holds shards built with other settings \(corpus: \{.*'fingerprint'"]
+
+
 # -- run_pretraining.py -----------------------------------------------------------------------
 
 
@@ -915,6 +926,19 @@ def _trained_custom_trial(env, tmp) -> str:
     act = custom(env, tmp, CSV_SPEC, {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV})
     assert act() == 0
     return str(tmp / "fdata" / "models" / "ft" / "finetuning_models" / "mine_model_1")
+
+
+@case
+def finetune_halted_trial_whose_training_file_shrank(env, tmp):
+    # Its checkpoint's step passed the shrunk file's step count: it was recorded as finished.
+    act = custom(env, tmp, CSV_SPEC, {"train.csv": GOOD_CSV + "w7,neg\nw8 w1,pos\n" * 3,
+                                      "dev.csv": GOOD_CSV},
+                 do_eval=False)
+    assert act() == 0
+    (tmp / "train.csv").write_text(GOOD_CSV)
+    return act, [
+        r"mine_model_1 holds a trial trained on other training data \(data_sha256\.mine\."
+        r"train\.csv: content changed\)"]
 
 
 @case

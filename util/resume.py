@@ -24,3 +24,24 @@ def split_changes(saved: dict, current: dict, refused: Callable[[str], bool],
 
 def describe(key: str, before: Any, after: Any) -> str:
     return f"{key}: {before!r} -> {after!r}"
+
+
+def key_changes(saved: Any, current: Any, path: str = "") -> list[str]:
+    """The leaves where two nested keys (dicts of settings, file hashes) differ, as
+    "a.b.c: before -> after"; a changed content hash reads "content changed"."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        out = []
+        for key in sorted(set(saved) | set(current), key=str):
+            where = f"{path}.{key}" if path else str(key)
+            if key not in saved:
+                out.append(f"{where}: added")
+            elif key not in current:
+                out.append(f"{where}: removed")
+            else:
+                out += key_changes(saved[key], current[key], where)
+        return out
+    if saved == current:
+        return []
+    if all(isinstance(v, str) and len(v) == 64 for v in (saved, current)):
+        return [f"{path}: content changed"]
+    return [describe(path, saved, current)]

@@ -50,6 +50,9 @@ _KEYS = {
     "tagging": _COMMON | {"word_column", "tag_column", "encoding", "labels"},
     "qa": _COMMON | {"version"},
 }
+# Keys that change how a trained model is evaluated, not what it learns or how text becomes
+# features: a finished trial is re-evaluated when they change, a halted one continues.
+EVAL_ONLY_KEYS = frozenset({"dev", "test", "metrics", "positive_label"})
 _EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
@@ -75,6 +78,13 @@ class TaskSpec:
         path = self.files[split]
         ext = os.path.splitext(path[:-3] if path.endswith(".gz") else path)[1].lower()
         return _EXTENSIONS[ext]
+
+
+def without_eval_only_keys(spec: Any) -> Any:
+    """A resolved spec without EVAL_ONLY_KEYS (what training and featurization depend on)."""
+    if not isinstance(spec, dict):
+        return spec
+    return {k: v for k, v in spec.items() if k not in EVAL_ONLY_KEYS}
 
 
 def _error(name: str, key: str, message: str) -> HParamError:

@@ -145,9 +145,12 @@ def make_plan(files: list[corpus.InputFile], num_shards: int, eval_fraction: flo
 
 
 def corpus_fingerprint(files: list[corpus.InputFile]) -> str:
+    """Each file's path, size and modification time: an edited file (even of the same size)
+    refuses a resume instead of mixing shards of two corpora. Not the content: hashing a corpus
+    of tens of GB would cost a resume a full extra read."""
     digest = hashlib.sha256()
     for f in files:
-        digest.update(f"{f.relpath}\t{f.size}\n".encode())
+        digest.update(f"{f.relpath}\t{f.size}\t{os.stat(f.path).st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
