@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
          ["run_pretraining.py", "--data-dir", work, "--model-name", "demo",
           "--hparams", json.dumps(pretrain_hparams)], verbose)
     model_dir = os.path.join(work, "models", "demo")
+    print(_health_line(model_dir), flush=True)
 
     original, replaced = _pick_demo_sentence(work)
     print(f"\n== 4/6 the discriminator reads a sentence in which one word was replaced by hand"
@@ -276,6 +277,16 @@ def main(argv: list[str] | None = None) -> int:
           f"   fine-tuned: the whole network trained on the task ({args.finetune_epochs:g} epochs).")
     print(f"\nEverything is in {work}: models/demo (checkpoints, TensorBoard logs, results/).")
     return 0
+
+
+def _health_line(model_dir: str) -> str:
+    """The pre-training run's health at its final eval (pretrain/health.py), with what to try."""
+    from pretrain import health
+    active = _scores(os.path.join(model_dir, "results", "unsup_results.json")).get("health", {})
+    lines = [f"   health of the pre-training run: {health.line(active)} "
+             f"(python tools/inspect_run.py {model_dir})"]
+    lines += [f"   {health.describe(name, step)}" for name, step in sorted(active.items())]
+    return "\n".join(lines)
 
 
 def _summary(results_json: str) -> str:

@@ -64,18 +64,27 @@ def _line(results: dict[str, dict[str, float]]) -> str:
                      for name, metrics in sorted(results.items()))
 
 
+def _collapse_note(trial: dict[str, Any]) -> str:
+    return "".join(f" COLLAPSED ({name}: {why})" for name, why in
+                   sorted(trial.get("collapsed", {}).items()))
+
+
 def write_results(config: configure_finetuning.FinetuningConfig,
                   trials: list[dict[str, Any]]) -> dict[str, Any]:
     """Writes every trial's dev results and their median, as text and JSON (atomically)."""
     median = median_results(trials)
+    # Collapsed trials (finetune/health.py) stay in the median, flagged.
+    collapsed = [t for t in trials if t.get("collapsed")]
     summary = {"model_name": config.model_name, "task_names": config.task_names,
-               "num_trials": len(trials), "trials": trials, "median": median}
+               "num_trials": len(trials), "trials": trials, "median": median,
+               "collapsed_trials": len(collapsed)}
     io_utils.write_json(config.results_json, summary)
     lines = [f"model {config.model_name}, tasks {','.join(config.task_names)}: "
              f"{len(trials)} trial(s)"]
     lines += [f"trial {t['trial']} (seed {t['seed']}, step {t['global_step']}): "
-              f"{_line(t['results'])}" for t in trials]
-    lines.append(f"median of {len(trials)}: {_line(median)}")
+              f"{_line(t['results'])}{_collapse_note(t)}" for t in trials]
+    lines.append(f"median of {len(trials)}: {_line(median)}" + (
+        f" ({len(collapsed)} collapsed trial(s) included)" if collapsed else ""))
     io_utils.write_text(config.results_txt, "\n".join(lines) + "\n")
     log.info("results written to %s and %s", config.results_txt, config.results_json)
     return summary
@@ -169,7 +178,8 @@ def run_trial(config, tasks, preprocessor, trial, strategy, keys) -> dict[str, A
                   "train_steps": runner.train_steps, "results": runner.evaluate(),
                   "training_settings": trainer.training_settings(config),
                   "train_data": keys["train_data"], "eval_key": keys["eval_key"],
-                  "test_key": keys["test_key"], "test_outputs": []}
+                  "test_key": keys["test_key"], "test_outputs": [],
+                  "collapsed": runner.collapsed}
     if need_test:
         output_dir = os.path.join(config.test_predictions_dir, f"trial_{trial}")
         written = runner.write_test_outputs(output_dir)
@@ -227,12 +237,16 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
                 records.append(record)
                 if distribution.is_chief(strategy):
                     summary = write_results(config, [
-                        {k: r[k] for k in ("trial", "seed", "global_step", "results")}
+                        dict({k: r[k] for k in ("trial", "seed", "global_step", "results")},
+                             collapsed=r.get("collapsed", {}))  # older records have none
                         for r in records])
             if not config.keep_all_models and trial != config.num_trials:
                 _remove_checkpoints(trainer.trial_dir(config, trial))
     if summary is not None:
         log.info("median over %d trial(s): %s", len(records), _line(summary["median"]))
+        if summary["collapsed_trials"]:
+            log.warning("%d of %d trial(s) collapsed (see %s)", summary["collapsed_trials"],
+                        len(records), config.results_txt)
     return summary
 
 

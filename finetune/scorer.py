@@ -42,5 +42,10 @@ class Scorer(abc.ABC):
             self._updated = False
         return [(prefix + k, v) for k, v in self._cached_results]
 
+    def collapse(self) -> str | None:
+        """Why the predictions seen so far carry no information about the input (every example
+        one class, ...; finetune/health.py), or None. Scorers that can tell override it."""
+        return None
+
     def results_str(self) -> str:
         return " - ".join(f"{k}: {v:.2f}" for k, v in self.get_results())

@@ -118,6 +118,9 @@ class ModelRunner:
         self.manager = checkpoint.CheckpointManager(self.model_dir, max_to_keep=1)
         self._predict_fn = None
         self._restored_step = 0
+        # {results name: why} for the evaluated splits whose predictions collapsed
+        # (finetune/health.py); filled by evaluate().
+        self.collapsed: dict[str, str] = {}
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -338,12 +341,17 @@ class ModelRunner:
                                f"{data.n_real} examples")
         return rows
 
-    def evaluate_task(self, task: task_lib.Task, split: str = "dev") -> dict[str, float]:
+    def evaluate_task(self, task: task_lib.Task, split: str = "dev",
+                      results_name: str | None = None) -> dict[str, float]:
         scorer = task.get_scorer(split)
         rows = self.predict(task, split)
         for row in rows:
             scorer.update(row)
         log.info("trial %d %s %s: %s", self.trial, task.name, split, scorer.results_str())
+        collapse = scorer.collapse()
+        if collapse:
+            self.collapsed[results_name or task.name] = collapse
+            log.warning("trial %d %s %s: collapsed: %s", self.trial, task.name, split, collapse)
         if self.is_chief:  # e.g. per-word predictions, next to the results files
             for path in task.write_eval_outputs(scorer, split, self.trial):
                 log.info("wrote %s", path)
@@ -368,7 +376,7 @@ class ModelRunner:
         results = {}
         for task in self.tasks:
             for split, name in task.get_eval_splits():
-                results[name] = self.evaluate_task(task, split)
+                results[name] = self.evaluate_task(task, split, name)
         if self.is_chief:
             summaries = training_utils.SummaryWriter(os.path.join(self.model_dir, "eval"))
             for name, metrics in results.items():

@@ -1,8 +1,9 @@
 """Held-out evaluation of a pre-training run: its data checked up front, the metrics (and linear
-probes, model/probing.py), and the results files.
+probes, model/probing.py, and the health checks, pretrain/health.py), and the results files.
 
 results/ holds the newest evaluation (`results_json`, `results_txt`) and every evaluation by step
-(HISTORY_FILE), so a resumed run knows whether the eval of its last checkpoint is still owed.
+(HISTORY_FILE), so a resumed run knows whether the eval of its last checkpoint is still owed and
+which health states were already announced. Each carries `health`: {state: step it began}.
 """
 import functools
 import logging
@@ -13,7 +14,7 @@ import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
 from model import probing, tokenization
-from pretrain import input_pipeline
+from pretrain import health, input_pipeline
 from pretrain.trainer import Trainer
 from util import io_utils, record_check
 from util import training_utils as tu
@@ -64,19 +65,38 @@ def probe_metrics(config: PretrainingConfig, trainer: Trainer) -> dict:
     return {f"probe/{key}": value for key, value in probing.run_probes(extractor, tasks).items()}
 
 
+def geometry_metrics(config: PretrainingConfig, trainer: Trainer, files: list[str]) -> dict:
+    """health.token_geometry of the discriminator's last layer on the real tokens of the first
+    held-out batch (unmasked text): what the collapse check reads."""
+    features = next(iter(input_pipeline.eval_dataset(
+        files, global_batch_size=config.eval_batch_size, max_seq_length=config.max_seq_length,
+        num_batches=1)))
+    out = trainer.model.discriminator_encoder(features["input_ids"], features["input_mask"],
+                                              features["segment_ids"], training=False)
+    real = features["input_mask"].numpy() > 0
+    return health.token_geometry(tf.cast(out.sequence_output, tf.float32).numpy()[real])
+
+
 def _history_path(config: PretrainingConfig) -> str:
     return os.path.join(os.path.dirname(config.results_json), HISTORY_FILE)
 
 
-def write_eval(config: PretrainingConfig, metrics: dict, step: int) -> None:
+def read_history(config: PretrainingConfig) -> list[dict]:
+    """Every recorded eval of the run, oldest first."""
+    path = _history_path(config)
+    return io_utils.read_json(path) if os.path.exists(path) else []
+
+
+def write_eval(config: PretrainingConfig, metrics: dict, step: int,
+               run_health: dict | None = None) -> None:
     results = dict(metrics, global_step=step)
+    if run_health is not None:
+        results["health"] = run_health
     header = f"eval at step {step} on held-out data ({config.num_eval_steps} batches of " \
              f"{config.eval_batch_size})"
     tu.write_results(config.results_json, config.results_txt, results, header)
-    history_path = _history_path(config)
-    history = io_utils.read_json(history_path) if os.path.exists(history_path) else []
-    history = [h for h in history if h.get("global_step") != step] + [results]
-    io_utils.write_json(history_path, sorted(history, key=lambda h: h["global_step"]))
+    history = [h for h in read_history(config) if h.get("global_step") != step] + [results]
+    io_utils.write_json(_history_path(config), sorted(history, key=lambda h: h["global_step"]))
 
 
 def has_eval(config: PretrainingConfig, step: int) -> bool:
@@ -86,19 +106,32 @@ def has_eval(config: PretrainingConfig, step: int) -> bool:
     return any(h.get("global_step") == step for h in io_utils.read_json(history_path))
 
 
+def new_monitor(config: PretrainingConfig) -> health.Monitor:
+    """The run's health monitor, resumed from the recorded evals."""
+    return health.Monitor(health.RunFacts.of(config), read_history(config))
+
+
 def run_eval(config: PretrainingConfig, trainer: Trainer, files: list[str], chief: bool,
-             writer: tu.SummaryWriter | None = None) -> dict:
-    """Evaluates the trainer's model on `files`; the chief runs the probes and writes results."""
+             writer: tu.SummaryWriter | None = None,
+             monitor: health.Monitor | None = None) -> dict:
+    """Evaluates the trainer's model on `files`; the chief runs the probes and the health
+    checks and writes results."""
     start = time.time()
     metrics = trainer.evaluate(files, config.num_eval_steps)
-    if chief:  # probes read no distributed data: the chief alone runs them
-        metrics.update(probe_metrics(config, trainer))
     step = trainer.global_step
-    if chief:
-        write_eval(config, metrics, step)
+    if chief:  # probes and checks read no distributed data: the chief alone runs them
+        metrics.update(probe_metrics(config, trainer))
+        metrics.update(geometry_metrics(config, trainer, files))
+        monitor = monitor or new_monitor(config)
+        run_health = monitor.after_eval(step, metrics)
+        write_eval(config, metrics, step, run_health)
         if writer is not None:
             writer.scalars(step, metrics, prefix="eval/")
+            writer.scalars(step, {name: float(name in run_health) for name in health.BY_NAME},
+                           prefix="health/")
             writer.flush()
     shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(metrics.items()))
+    if chief:
+        shown += f"; health: {health.line(run_health)}"
     log.info("eval at step %d (%s): %s", step, tu.secs_to_str(time.time() - start), shown)
     return metrics

@@ -9,7 +9,7 @@ import math
 import time
 
 from configure_pretraining import PretrainingConfig
-from pretrain import evaluation, input_pipeline
+from pretrain import evaluation, health, input_pipeline
 from pretrain.trainer import Trainer
 from util import checkpoint, preemption
 from util import training_utils as tu
@@ -48,7 +48,8 @@ def _non_finite_error(result, step: int, last_saved: str | None) -> tu.NonFinite
     shown = ", ".join(f"{k}={v:.4g}" for k, v in result.bad_metrics.items())
     return tu.NonFiniteError(
         f"non-finite loss or gradient at step {step} ({shown}); the update was not applied and "
-        f"training stopped. Last good checkpoint: {last_saved or 'none'} (left in place)",
+        f"training stopped. Last good checkpoint: {last_saved or 'none'} (left in place). "
+        f"Try: {health.BY_NAME['loss_not_finite'].remedy}",
         step=step, names=[k for k, v in result.bad_metrics.items() if not math.isfinite(v)])
 
 
@@ -82,6 +83,7 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
     progress = tu.Progress(config.num_train_steps, initial=step, enabled=chief,
                            min_log_interval=10.0)
     iterator = trainer.train_iterator(files.train)
+    monitor = evaluation.new_monitor(config) if chief else None
     last_saved = manager.latest()
     saved_step = step  # the state at `step` is on disk (restored from it, or step 0)
     start = last_save_time = time.time()
@@ -100,7 +102,7 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
                 0 < step < config.num_train_steps and not evaluation.has_eval(config, step) and \
                 not preemption.requested():
             # The previous run stopped between this checkpoint and its eval: still owed.
-            evaluation.run_eval(config, trainer, files.eval, chief, writer)
+            evaluation.run_eval(config, trainer, files.eval, chief, writer, monitor)
         while step < config.num_train_steps:
             if preemption.requested():
                 _stop_for_preemption(trainer, saved_step, save)
@@ -113,6 +115,9 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
             if not result.finite:
                 raise _non_finite_error(result, step + 1, last_saved)
             lr = _report(config, trainer, result, elapsed, progress, writer)
+            if monitor is not None and monitor.after_steps(step, lr):
+                writer.scalars(step, {health.LR_ZERO.name: float(
+                    health.LR_ZERO.name in monitor.active)}, prefix="health/")
             if lock is not None:
                 lock.heartbeat()
             if result.stop_reason == preemption.StopReason.PREEMPTED or preemption.requested():
@@ -124,7 +129,7 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
             # Periodic eval; the final one is do_eval's (after training).
             if config.eval_every_steps > 0 and step % config.eval_every_steps == 0 and not (
                     step >= config.num_train_steps and config.do_eval):
-                evaluation.run_eval(config, trainer, files.eval, chief, writer)
+                evaluation.run_eval(config, trainer, files.eval, chief, writer, monitor)
     finally:
         progress.close()
         writer.close()

@@ -10,6 +10,12 @@ added over batches and replicas); `finalize(sums)` turns the totals into
     disc_accuracy, disc_precision, disc_recall    (over real tokens)
     loss                                          (mean total loss per batch)
 
+and, beyond the official ones, for the run's health checks (pretrain/health.py):
+
+    disc_auc_real        the same AUC over real tokens only (padding left out), so chance is 0.5
+    disc_replaced_rate   share of real tokens the generator replaced (the base rate)
+    disc_positive_rate   share of real tokens the discriminator calls replaced
+
 disc_auc follows the official call exactly: labels and probabilities are multiplied by the input
 mask and no weights are passed, so padding positions count as negatives predicted at 0.
 """
@@ -61,6 +67,11 @@ def batch_sums(out) -> dict:
         num_buckets = NUM_THRESHOLDS + 1
         sums["auc_pos"] = tf.math.unsorted_segment_sum(f32(auc_labels), bucket, num_buckets)
         sums["auc_neg"] = tf.math.unsorted_segment_sum(f32(~auc_labels), bucket, num_buckets)
+        real = tf.reshape(out.input_mask, [-1]) > 0
+        sums["auc_real_pos"] = tf.math.unsorted_segment_sum(
+            f32(auc_labels & real), bucket, num_buckets)
+        sums["auc_real_neg"] = tf.math.unsorted_segment_sum(
+            f32(~auc_labels & real), bucket, num_buckets)
     return sums
 
 
@@ -82,7 +93,7 @@ def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
 
 def finalize(sums: dict) -> dict:
     """Totals of batch_sums -> the metric dict (floats)."""
-    s = {k: float(np.asarray(v)) for k, v in sums.items() if k not in ("auc_pos", "auc_neg")}
+    s = {k: float(np.asarray(v)) for k, v in sums.items() if not k.startswith("auc_")}
     div = lambda a, b: a / b if b else 0.0  # noqa: E731
     metrics = {
         "loss": div(s["loss"], s["batches"]),
@@ -97,5 +108,8 @@ def finalize(sums: dict) -> dict:
             "disc_accuracy": div(s["disc_correct"], s["disc_weight"]),
             "disc_precision": div(s["disc_tp"], s["disc_pred_pos"]),
             "disc_recall": div(s["disc_tp"], s["disc_label_pos"]),
+            "disc_auc_real": auc_from_histograms(sums["auc_real_pos"], sums["auc_real_neg"]),
+            "disc_replaced_rate": div(s["disc_label_pos"], s["disc_weight"]),
+            "disc_positive_rate": div(s["disc_pred_pos"], s["disc_weight"]),
         })
     return metrics

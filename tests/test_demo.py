@@ -28,6 +28,9 @@ def test_demo_path_runs_and_writes_its_outputs(tmp_path):
     assert (model_dir / "spm.model").exists() and (model_dir / "bert_config.json").exists()
     eval_results = json.loads((model_dir / "results" / "unsup_results.json").read_text())
     assert 0.0 <= eval_results["disc_auc"] <= 1.0
+    # The run's health line (pretrain/health.py), as its results record it.
+    from pretrain import health
+    assert f"health of the pre-training run: {health.line(eval_results['health'])}" in out
     # The scorer printed a p(replaced) for every token of the hand-edited sentence.
     assert "p(replaced)" in out and "▁string" in out
     # Both fine-tuning runs wrote results, and the summary printed both accuracies.

@@ -59,6 +59,11 @@ def test_metrics_match_the_official_definitions():
     np.testing.assert_allclose(metrics["masked_lm_loss"],
                                (w * cat("masked_lm_example_loss")).sum() / w.sum(), rtol=1e-6)
     assert metrics["loss"] == 2.0
+    # The health checks' additions: the AUC over real tokens, the base rate, the positive rate.
+    np.testing.assert_allclose(metrics["disc_auc_real"],
+                               _v1_auc(labels[m].astype(bool), cat("disc_probs")[m]), rtol=1e-5)
+    np.testing.assert_allclose(metrics["disc_replaced_rate"], labels[m].mean())
+    np.testing.assert_allclose(metrics["disc_positive_rate"], preds[m].mean())
 
 
 def test_auc_extremes():

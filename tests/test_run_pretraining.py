@@ -86,6 +86,9 @@ def test_eval_results_written_as_json_and_text(trained):
     history = json.load(open(os.path.join(os.path.dirname(config.results_json),
                                           evaluation.HISTORY_FILE)))
     assert [h["global_step"] for h in history] == [5, 10]
+    # Each eval carries the run's health (pretrain/health.py): {state: step it began}.
+    assert all(isinstance(h["health"], dict) for h in history)
+    assert results["health"] == history[-1]["health"] and "\nhealth = " in text
 
 
 def test_rerun_is_a_no_op_and_incompatible_resume_is_refused(trained, caplog):

@@ -137,17 +137,21 @@ _SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
 
 
 def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
-    """tag -> [(step, value), ...] from the event files in `logdir` (for tests and tools)."""
+    """tag -> [(step, value), ...] from the event files in `logdir` (for tests and tools). A file
+    a running job is writing is read up to its last whole record."""
     result: dict[str, list[tuple[int, float]]] = {}
     for name in sorted(fs.listdir(logdir)):
         if not name.startswith("events.out.tfevents"):
             continue
-        for record in tf.data.TFRecordDataset(os.path.join(logdir, name)):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
-                          else value.simple_value)
-                result.setdefault(value.tag, []).append((int(event.step), number))
+        try:
+            for record in tf.data.TFRecordDataset(os.path.join(logdir, name)):
+                event = tf.compat.v1.Event.FromString(record.numpy())
+                for value in event.summary.value:
+                    number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
+                              else value.simple_value)
+                    result.setdefault(value.tag, []).append((int(event.step), number))
+        except tf.errors.DataLossError:  # a record still being written
+            continue
     return result
 
 

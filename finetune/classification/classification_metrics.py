@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from finetune import scorer
+from finetune import health, scorer
 
 
 # -- metric functions ---------------------------------------------------------------------------
@@ -103,6 +103,9 @@ class SentenceLevelScorer(scorer.Scorer):
         self._preds.append(np.asarray(results["predictions"]).item())
         self._eids.append(int(np.asarray(results.get("eid", -1)).item()))
 
+    def collapse(self) -> str | None:
+        return health.classification_collapse(self._preds)
+
 
 class AccuracyScorer(SentenceLevelScorer):
 
@@ -148,6 +151,9 @@ class RegressionScorer(SentenceLevelScorer):
         return [(m, 100.0 * functions[m](gold, preds)) for m in self._metrics] + [
             ("mse", float(np.mean(np.square(gold - preds))) if gold.size else 0.0),
             ("loss", self.get_loss())]
+
+    def collapse(self) -> str | None:
+        return health.regression_collapse(self._preds, self._true_labels)
 
 
 def macro_f1(labels, predictions, num_labels: int) -> float:

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import configure_finetuning
+from finetune import health
 from finetune import scorer as scorer_lib
 from finetune.qa import mrqa_official_eval
 from finetune.qa import qa_data
@@ -243,10 +244,15 @@ class SpanBasedQAScorer(scorer_lib.Scorer):
         self._split = split
         self._v2 = v2
         self._rows: list[Mapping[str, Any]] = []
+        self._answers: list[str] = []  # the decoded answers, once get_results ran
 
     def update(self, results: Mapping[str, Any]) -> None:
         super().update(results)
         self._rows.append(results)
+
+    def collapse(self) -> str | None:
+        self.get_results()
+        return health.qa_collapse(self._answers)
 
     def paths(self) -> dict[str, str]:
         name, qa_dir = self._task.name, self._config.qa_dir
@@ -258,6 +264,7 @@ class SpanBasedQAScorer(scorer_lib.Scorer):
         examples = self._task.get_examples(self._split)
         questions = self._task.predict_questions(examples, self._rows)
         predictions = {qid: q.text for qid, q in questions.items()}
+        self._answers = list(predictions.values())
         null_odds = {qid: q.null_score for qid, q in questions.items()} if self._v2 else None
         paths = self.paths()
         io_utils.write_json(paths["preds"], predictions)

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from finetune import scorer
+from finetune import health, scorer
 
 OUTSIDE = "O"
 
@@ -300,6 +300,9 @@ class ChunkF1Scorer(scorer.Scorer):
         counts = self.counts()
         results = counts.results() if self._span_tags else [("accuracy", counts.accuracy())]
         return results + [("loss", self.get_loss())]
+
+    def collapse(self) -> str | None:
+        return health.tagging_collapse(tags for _, tags in self.tagged_sentences())
 
     def report(self) -> str:
         """What conlleval prints; for token tags, the token accuracy."""

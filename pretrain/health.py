@@ -1,0 +1,253 @@
+"""Is a pre-training run learning? Named states read off its eval history, each with what is
+wrong, the causes measured on this project's machine and what to try.
+
+Pure logic (numpy only, no TensorFlow), so tests drive it with synthetic histories and the demo
+imports it cheaply. pretrain/evaluation.py feeds it every eval's metrics (pretrain_metrics.py plus
+`token_geometry` of the discriminator's last layer on held-out text); pretrain/loop.py feeds it
+the learning rate after every block of steps (the one check cheap enough between evals).
+
+A state's `test(history, run)` looks at the evals so far (oldest first, each a metrics dict with
+`global_step`); `Monitor` keeps which states are active, logs each change once, and gives the
+`health` entry of the results: {state name: step it began} for the states active now.
+The thresholds and the figures quoted in `causes` come from the calibration runs in
+docs/PRETRAINING.md, "Reading a run".
+"""
+import dataclasses
+import logging
+import math
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """What the checks need to know of a run's settings."""
+    num_train_steps: int
+    num_warmup_steps: int
+    has_discriminator: bool = True  # ELECTRA/Electric: false for a masked LM (BERT)
+    learned_generator: bool = True  # false: uniform or unigram samples
+
+    @classmethod
+    def of(cls, config) -> "RunFacts":
+        """From a PretrainingConfig."""
+        return cls(config.num_train_steps, config.num_warmup_steps,
+                   has_discriminator=config.electra_objective or config.electric_objective,
+                   learned_generator=not (config.uniform_generator or config.unigram_generator))
+
+
+# -- measured thresholds (docs/PRETRAINING.md, "Reading a run") ---------------------------------
+
+# Discriminator stalled: it calls almost nothing replaced (below STALL_POSITIVE_SHARE of the base
+# rate) and ranks real tokens little better than chance (AUC over real tokens below STALL_AUC).
+STALL_POSITIVE_SHARE = 0.1
+STALL_AUC = 0.70
+# Collapse (after warm-up): last-layer token vectors of held-out text nearly parallel, or a hidden
+# dimension whose spread across tokens is near zero next to the median dimension's.
+COLLAPSE_COSINE = 0.99
+DEAD_DIMENSION_SPREAD = 0.01
+# Generator too strong: fewer than this share of real tokens replaced (with 15% masked, its samples
+# match the original at 2/3 of the masked positions). The paper met it at large scale (ELECTRA-Large
+# masks 25% for that reason); tiny runs here keep 13-15% replaced.
+FEW_REPLACED = 0.05
+# Generator learning nothing: sampled masked-LM accuracy below this after GENERATOR_GRACE_STEPS.
+IDLE_GENERATOR_ACCURACY = 0.005
+GENERATOR_GRACE_STEPS = 100
+# Loss rising: the held-out masked-LM loss above its lowest value by RISE_MARGIN (relative) at
+# RISE_EVALS evals in a row.
+RISE_MARGIN = 0.05
+RISE_EVALS = 3
+
+
+def _after_warmup(entry: Mapping, run: RunFacts) -> bool:
+    return entry["global_step"] > run.num_warmup_steps
+
+
+def _latest(history: Sequence[Mapping]) -> Mapping:
+    return history[-1] if history else {}
+
+
+def _not_finite(history, run) -> bool:
+    latest = _latest(history)
+    return any(key in latest and not math.isfinite(latest[key])
+               for key in ("loss", "masked_lm_loss", "disc_loss"))
+
+
+def _disc_stalled(history, run) -> bool:
+    latest = _latest(history)
+    if not run.has_discriminator or "disc_auc_real" not in latest or \
+            not _after_warmup(latest, run):
+        return False
+    base_rate = latest["disc_replaced_rate"]
+    return (latest["disc_positive_rate"] < STALL_POSITIVE_SHARE * base_rate
+            and latest["disc_auc_real"] < STALL_AUC)
+
+
+def _collapsed(history, run) -> bool:
+    latest = _latest(history)
+    if "repr_mean_cosine" not in latest:
+        return False
+    return _after_warmup(latest, run) and (latest["repr_mean_cosine"] > COLLAPSE_COSINE
+                                           or latest["repr_min_dim_spread"] < DEAD_DIMENSION_SPREAD)
+
+
+def _generator_too_strong(history, run) -> bool:
+    latest = _latest(history)
+    return (run.has_discriminator and run.learned_generator and "disc_replaced_rate" in latest
+            and latest["disc_replaced_rate"] < FEW_REPLACED)
+
+
+def _generator_idle(history, run) -> bool:
+    latest = _latest(history)
+    return (run.has_discriminator and run.learned_generator
+            and "sampled_masked_lm_accuracy" in latest
+            and latest["global_step"] >= run.num_warmup_steps + GENERATOR_GRACE_STEPS
+            and latest["sampled_masked_lm_accuracy"] < IDLE_GENERATOR_ACCURACY)
+
+
+def _loss_rising(history, run) -> bool:
+    losses = [h["masked_lm_loss"] for h in history
+              if "masked_lm_loss" in h and math.isfinite(h["masked_lm_loss"])]
+    if len(losses) <= RISE_EVALS:
+        return False
+    lowest = min(losses[:-RISE_EVALS])
+    return all(loss > lowest * (1 + RISE_MARGIN) for loss in losses[-RISE_EVALS:])
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    name: str
+    what: str  # what is wrong, in the run's terms
+    causes: str  # the likely causes, as measured here
+    remedy: str  # what to try: hparam names and values
+    test: Callable[[Sequence[Mapping], RunFacts], bool]
+
+
+STATES = (
+    State("loss_not_finite", "a held-out loss is NaN or Inf",
+          "a learning rate too high for the model, or float16 overflow",
+          "learning_rate lower (e.g. half), compute_dtype bfloat16 or float32, clip_norm 1.0, "
+          "a longer num_warmup_steps", _not_finite),
+    State("disc_stalled",
+          "the discriminator calls almost no token replaced and ranks replaced tokens little "
+          "better than chance (AUC over real tokens below 0.70)",
+          "measured here: the official optimizer (no bias correction) with 20 warm-up steps; "
+          "a small discriminator whose generator has caught up (1/4-width generator, "
+          "temperature 1, a few hundred steps or more)",
+          "adam_bias_correction true and lr_decay_after_warmup true (or num_warmup_steps in the "
+          "thousands), temperature 2.0, a smaller generator_hidden_size (0.125)",
+          _disc_stalled),
+    State("collapse",
+          "the discriminator's last-layer vectors of held-out text are nearly parallel, or a "
+          "hidden dimension barely varies: the encoder no longer tells tokens apart",
+          "the official optimizer with a short warm-up on a tiny model (a faithful reference "
+          "reached mean cosine 1.000 by step 160)",
+          "adam_bias_correction true, lr_decay_after_warmup true, or num_warmup_steps 10000 as "
+          "the official recipe; a lower learning_rate", _collapsed),
+    State("generator_too_strong",
+          "under 5% of the tokens are replaced: the generator's samples equal the original at "
+          "most masked positions, so the discriminator sees few replaced tokens",
+          "a generator too large for the discriminator (the paper found 1/4-1/2 of its width "
+          "best, and raised masking to 25% for ELECTRA-Large for this reason); not reached by "
+          "the tiny runs here",
+          "mask_prob 0.25, generator_hidden_size 0.25-0.5, temperature 1.5-2.0",
+          _generator_too_strong),
+    State("generator_idle",
+          "the generator's samples almost never equal the original token: the discriminator's "
+          "task stays as easy as with random replacements",
+          "gen_weight 0, a learning_rate too low for the generator, a frozen generator",
+          "gen_weight 1.0, learning_rate as the recipe (1e-3 for tiny models); set "
+          "uniform_generator true if random replacements are intended", _generator_idle),
+    State("loss_rising",
+          f"the held-out masked-LM loss has stayed {RISE_MARGIN:.0%} above its lowest value for "
+          f"{RISE_EVALS} evals",
+          "a learning rate too high after warm-up, or training that diverges slowly",
+          "learning_rate lower (e.g. half), clip_norm 1.0, lr_decay_after_warmup true",
+          _loss_rising),
+)
+# Checked after every block of steps, not at evals.
+LR_ZERO = State(
+    "lr_zero_early", "the learning rate is 0 before the last step: the weights no longer change",
+    "a schedule whose decay ends before num_train_steps (resumed with a smaller "
+    "num_train_steps, init_checkpoint_keep_step past the schedule), or learning_rate 0",
+    "num_train_steps at least the resumed step plus the steps wanted; learning_rate > 0",
+    lambda history, run: False)
+BY_NAME = {state.name: state for state in STATES + (LR_ZERO,)}
+
+
+def assess(history: Sequence[Mapping], run: RunFacts) -> list[str]:
+    """Names of the eval-time states true at the newest eval of `history`."""
+    return [state.name for state in STATES if history and state.test(history, run)]
+
+
+def lr_at_zero(step: int, learning_rate: float, run: RunFacts) -> bool:
+    return learning_rate <= 0.0 and step < run.num_train_steps
+
+
+def token_geometry(vectors: np.ndarray) -> dict[str, float]:
+    """Collapse measures of token vectors [N, H] (real tokens of held-out text):
+    repr_mean_cosine: mean cosine over pairs of distinct tokens (1: all parallel);
+    repr_min_dim_spread: the smallest dimension's standard deviation across tokens over the
+    median dimension's (0: a dimension is the same for every token)."""
+    x = np.asarray(vectors, np.float64)
+    n = x.shape[0]
+    units = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    total = units.sum(0)
+    mean_cosine = (total @ total - n) / max(n * (n - 1), 1)
+    spread = x.std(0)
+    median = float(np.median(spread))
+    return {"repr_mean_cosine": float(mean_cosine),
+            "repr_min_dim_spread": float(spread.min() / median) if median > 0 else 0.0}
+
+
+def describe(state_name: str, step: int) -> str:
+    state = BY_NAME[state_name]
+    return (f"health: {state.name} since step {step}: {state.what}. Likely causes (measured "
+            f"here): {state.causes}. Try: {state.remedy}")
+
+
+def line(active: Mapping[str, int]) -> str:
+    """One line for the run's current health: "ok" or the states and the step each began."""
+    if not active:
+        return "ok"
+    return ", ".join(f"{name} since step {step}" for name, step in sorted(
+        active.items(), key=lambda item: (item[1], item[0])))
+
+
+class Monitor:
+    """Tracks the active states of one run; logs each change once.
+
+    `history`: the evals already recorded (a resumed run's results history), each possibly with
+    its `health` entry, so a state active before a restart is not announced again.
+    """
+
+    def __init__(self, run: RunFacts, history: Iterable[Mapping] = ()):
+        self.run = run
+        self.history = [dict(h) for h in history]
+        self.active: dict[str, int] = dict(self.history[-1].get("health", {})) \
+            if self.history else {}
+
+    def _update(self, names: Iterable[str], step: int, checked: Iterable[str]) -> None:
+        names, checked = set(names), set(checked)
+        for name in sorted(names - set(self.active)):
+            self.active[name] = step
+            log.warning("%s", describe(name, step))
+        for name in sorted((set(self.active) - names) & checked):
+            log.info("health: %s cleared at step %d (began at step %d)", name, step,
+                     self.active.pop(name))
+
+    def after_eval(self, step: int, metrics: Mapping) -> dict[str, int]:
+        """Checks the eval of `step`; returns the `health` entry: {state: step it began}."""
+        entry = dict(metrics, global_step=step)
+        self.history = [h for h in self.history if h["global_step"] < step] + [entry]
+        self._update(assess(self.history, self.run), step, [s.name for s in STATES])
+        return dict(self.active)
+
+    def after_steps(self, step: int, learning_rate: float) -> bool:
+        """The between-evals check; True when a state began or cleared."""
+        before = dict(self.active)
+        names = [LR_ZERO.name] if lr_at_zero(step, learning_rate, self.run) else []
+        self._update(names, step, [LR_ZERO.name])
+        return before != self.active
