@@ -7,7 +7,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENTRY_POINTS = ["build_pretraining_dataset.py", "run_pretraining.py", "run_finetuning.py",
-                "predict.py", "score_text.py", "export_model.py", "tools/probe.py"]
+                "predict.py", "score_text.py", "export_model.py", "tools/probe.py",
+                "tools/inspect_run.py"]
 
 
 def test_every_entry_point_imports_console_before_anything_that_can_import_tensorflow():

@@ -18,6 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from util import console  # noqa: E402,F401 -- first: TensorFlow's start-up lines stay off
 
 from pretrain import health  # noqa: E402  (numpy only: no TensorFlow start-up for the evals)
 
@@ -142,6 +143,8 @@ def draw(path: str, evals: list[dict], curves: dict) -> bool:
               ("discriminator", ["disc_auc", "disc_auc_real", "disc_precision", "disc_recall"],
                None),
               ("token vectors", ["repr_mean_cosine", "repr_min_dim_spread"], None)]
+    last_step = max([e["global_step"] for e in evals] + [s for points in curves.values()
+                                                         for s, _ in points])
     probe_keys = sorted({k for e in evals for k in e if k.startswith("probe/")})
     if probe_keys:
         panels.append(("probes", probe_keys, None))
@@ -153,8 +156,8 @@ def draw(path: str, evals: list[dict], curves: dict) -> bool:
                 [(e["global_step"], e[key]) for e in evals if key in e]
             if points:
                 ax.plot(*zip(*points), label=key.split("/")[-1])
-        for name, began, cleared in health_spans(evals):
-            ax.axvspan(began, cleared if cleared is not None else ax.get_xlim()[1], alpha=0.1,
+        for name, began, cleared in health_spans(evals):  # shaded while a state is active
+            ax.axvspan(began, cleared if cleared is not None else last_step, alpha=0.1,
                        color="red")
         ax.set_title(title)
         ax.set_xlabel("step")
