@@ -285,7 +285,8 @@ def _health_line(model_dir: str) -> str:
     active = _scores(os.path.join(model_dir, "results", "unsup_results.json")).get("health", {})
     lines = [f"   health of the pre-training run: {health.line(active)} "
              f"(python tools/inspect_run.py {model_dir})"]
-    lines += [f"   {health.describe(name, step)}" for name, step in sorted(active.items())]
+    lines += [f"   {health.describe(name, step)}"
+              for name, step in sorted(active.items(), key=lambda item: item[1])]
     return "\n".join(lines)
 
 

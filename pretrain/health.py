@@ -135,7 +135,7 @@ STATES = (
     State("disc_stalled",
           "the discriminator calls almost no token replaced and ranks replaced tokens little "
           "better than chance (AUC over real tokens below 0.70)",
-          "measured here: the official optimizer (no bias correction) with 20 warm-up steps; "
+          "the official optimizer (no bias correction) with 20 warm-up steps; "
           "a small discriminator whose generator has caught up (1/4-width generator, "
           "temperature 1, a few hundred steps or more)",
           "adam_bias_correction true and lr_decay_after_warmup true (or num_warmup_steps in the "
