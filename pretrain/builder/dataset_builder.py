@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 from model import tokenization
 from pretrain import pretrain_data
 from pretrain.builder import corpus, example_builder
-from util import io_utils, training_utils
+from util import fs, io_utils, training_utils
 
 TARGET_SHARD_BYTES = 32 << 20   # auto shard count: about this much text per shard ...
 MIN_SHARD_BYTES = 64 << 10      # ... but never shards smaller than this
@@ -150,7 +150,7 @@ def corpus_fingerprint(files: list[corpus.InputFile]) -> str:
     of tens of GB would cost a resume a full extra read."""
     digest = hashlib.sha256()
     for f in files:
-        digest.update(f"{f.relpath}\t{f.size}\t{os.stat(f.path).st_mtime_ns}\n".encode())
+        digest.update(f"{f.relpath}\t{f.size}\t{fs.getmtime(f.path)!r}\n".encode())
     return digest.hexdigest()
 
 
