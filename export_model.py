@@ -134,21 +134,34 @@ def _tokenizer_files(directory: str, vocab_file: str, do_lower_case: bool,
     io_utils.write_json(os.path.join(directory, "special_tokens_map.json"), special)
 
 
-def _task_labels(md: model_dir_lib.ModelDir, task: str, num_outputs: int) -> list[str]:
-    """Label names of a fine-tuned task (from its Task class), else LABEL_i."""
+def _load_task(md: model_dir_lib.ModelDir, task: str):
+    """The fine-tuned Task object of `task` (its labels, a regression's range), else None."""
     from finetune import serving  # a trial's tasks need the fine-tuning code
     try:
         _, tasks, _ = serving.load_finetuned(md)
     except ValueError as e:
-        log.warning("label names unavailable (%s); using LABEL_i", e)
-        tasks = []
-    for t in tasks:
-        if t.name == task:
-            if hasattr(t, "label_list"):
-                return list(t.label_list)
-            if num_outputs == 1:
-                return [task]  # regression: one output
+        log.warning("label names and score range unavailable (%s)", e)
+        return None
+    return next((t for t in tasks if t.name == task), None)
+
+
+def _task_labels(task_object, task: str, num_outputs: int) -> list[str]:
+    """Label names of a fine-tuned task (from its Task class), else LABEL_i."""
+    if task_object is not None:
+        if hasattr(task_object, "label_list"):
+            return list(task_object.label_list)
+        if num_outputs == 1:
+            return [task]  # regression: one output
     return [f"LABEL_{i}" for i in range(num_outputs)]
+
+
+def regression_range(task_object) -> dict | None:
+    """config.json's "electra_score_range" for a regression head: its output is on the training
+    scale, (score - min_value) / scale; this turns it back into the task's units."""
+    if task_object is None or not hasattr(task_object, "scale"):
+        return None
+    return {"min_value": task_object.min_value, "max_value": task_object.max_value,
+            "scale": task_object.scale, "score": "logits[..., 0] * scale + min_value"}
 
 
 def _pick_task(tensors: dict, task: str | None) -> str:
@@ -209,7 +222,7 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
     kind = kind or ("classifier" if md.kind == "finetuned" else "discriminator")
     tensors = checkpoint.read_all(md.checkpoint)
     metadata = {"format": "pt"}  # transformers refuses safetensors files without it
-    labels = None
+    labels = score_range = None
     config = md.bert_config
     if kind == "discriminator":
         if "discriminator_predictions/dense_1/kernel" not in tensors:
@@ -228,7 +241,10 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
         convert = hf.tagger_to_hf if kind == "tagger" else hf.classifier_to_hf
         weights, head_metadata = convert(tensors, config, task)
         metadata.update(head_metadata)
-        labels = _task_labels(md, task, int(tensors[f"task_specific/{task}/dense/kernel"].shape[1]))
+        task_object = _load_task(md, task)
+        labels = _task_labels(task_object, task,
+                              int(tensors[f"task_specific/{task}/dense/kernel"].shape[1]))
+        score_range = regression_range(task_object)
     else:
         raise ValueError(f"unknown --model {kind!r}; expected discriminator, generator or "
                          "classifier")
@@ -241,6 +257,12 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
         raise ValueError(f"no vocab.txt in {md.path}; pass --vocab-file")
     pad_id = tokenization.load_vocab(md.vocab_file).get("[PAD]", 0) if md.vocab_file else 0
     values = hf.hf_config(config, kind, pad_token_id=pad_id, labels=labels, task_name=task)
+    if score_range is not None:
+        values["electra_score_range"] = score_range
+        log.info("regression head: its output is (score - %g) / %g; config.json "
+                 "\"electra_score_range\" holds min_value, max_value and scale to read it as a "
+                 "score (logits[..., 0] * scale + min_value)", score_range["min_value"],
+                 score_range["scale"])
     with atomic_output_dir(output, overwrite) as tmp:
         st_numpy.save_file({n: np.ascontiguousarray(v, np.float32) for n, v in weights.items()},
                            os.path.join(tmp, SAFETENSORS_FILE), metadata=metadata)

@@ -13,14 +13,20 @@
 The model directory is a fine-tuning trial (`<model_dir>_<trial>`): its settings, labels and
 weights are read from it, the vocabulary and casing from the pre-trained model it started from
 (two levels up; --vocab-file overrides). Output line i is the prediction for input example i
-(finetune/prediction.py lists the formats and fields). Records are written as they are made
-(to a temporary file renamed at the end, so a failed run leaves no partial file behind).
-Exit status: 0 done, 2 bad input or model directory.
+(finetune/prediction.py lists the formats and fields); an empty line or text before the last
+example is refused with its file:line rather than dropped. Every format reads from standard
+input too. Records are written as they are made (to a temporary file renamed at the end, so a
+failed or signalled run leaves no partial file behind). A trial whose training has not finished
+is predicted with a warning. Exit status: 0 done, 2 bad input or model directory, 75 stopped by
+SIGTERM/SIGINT (at the next batch; --output not written).
 """
 import argparse
 import contextlib
 import logging
+import os
+import shutil
 import sys
+import tempfile
 
 from util import console  # first: keeps TensorFlow's start-up lines off the console
 
@@ -29,8 +35,11 @@ from tqdm import tqdm
 from finetune import prediction
 from finetune import serving
 from finetune import task as task_lib
+from finetune import trainer
 from model import model_dir as model_dir_lib
+from util import fs
 from util import io_utils
+from util import preemption
 from util.hparams import HParamError
 
 log = logging.getLogger("predict")
@@ -50,6 +59,7 @@ def parse_args(argv):
     p.add_argument("--task", help="the task to predict (needed when the trial learned several)")
     p.add_argument("--batch-size", type=int, help="default: the trial's predict_batch_size")
     p.add_argument("--vocab-file", help="override the vocabulary found for the model")
+    p.add_argument("--checkpoint", help="a checkpoint of the trial other than its newest")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     console.add_verbose_flag(p)
     return p.parse_args(argv)
@@ -76,24 +86,92 @@ def _output(path: str):
             yield f
 
 
-def predict(args) -> int:
-    md = model_dir_lib.read_model_dir(args.model_dir, vocab_file=args.vocab_file)
-    config, tasks, model = serving.load_finetuned(md)
-    task = pick_task(tasks, args.task)
-    fmt = args.format or prediction.guess_format(args.input)
-    examples = prediction.read_examples(task, args.input, fmt)
+def check_paths(args) -> None:
+    """Refuses, before any work, an input that is not a file and an output that would replace
+    the input or is a directory."""
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.input != "-":
+        if fs.isdir(args.input):
+            raise ValueError(f"--input {args.input} is a directory; give a file (or - for "
+                             "standard input)")
+        if not fs.isfile(args.input):
+            raise ValueError(f"--input {args.input} does not exist")
+    if args.output == "-":
+        return
+    if fs.isdir(args.output):
+        raise ValueError(f"--output {args.output} is a directory; give a file path, e.g. "
+                         f"{os.path.join(args.output, 'predictions.jsonl')}")
+    if args.input != "-" and (fs.abspath(args.output) == fs.abspath(args.input) or (
+            fs.exists(args.output) and fs.samefile(args.output, args.input))):
+        raise ValueError(f"--output {args.output} is the --input file: the predictions would "
+                         "replace the input; give another path")
+    parent = os.path.dirname(fs.abspath(args.output))
+    if not fs.isdir(parent):
+        raise ValueError(f"--output {args.output}: directory {parent} does not exist")
+
+
+def warn_if_unfinished(md: model_dir_lib.ModelDir) -> None:
+    """A trial halted before its last step predicts with a partly trained model: said so."""
+    saved = io_utils.read_json(os.path.join(md.path, model_dir_lib.FINETUNE_CONFIG_FILE))
+    results = os.path.join(md.path, trainer.RESULTS_FILE)
+    train_steps = saved.get("train_steps")
+    if train_steps is None and fs.exists(results):
+        train_steps = io_utils.read_json(results).get("train_steps")
+    step = int(md.checkpoint.rsplit("-", 1)[1]) if "-" in md.checkpoint else None
+    if train_steps is None:
+        log.warning("%s records no step count, so whether its training finished is unknown",
+                    md.path)
+    elif step is not None and step < train_steps:
+        log.warning("%s is a halted trial: its checkpoint is at step %d of %d, so these are a "
+                    "partly trained model's predictions; re-run its run_finetuning.py command "
+                    "to finish it", md.path, step, train_steps)
+
+
+@contextlib.contextmanager
+def _input_file(path: str):
+    """The input as a file: standard input is copied to a temporary file first, so every format
+    (tables, CoNLL, SQuAD) reads from it; messages name it <stdin>."""
+    if path != "-":
+        yield path
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        copy = os.path.join(directory, "stdin")
+        with open(copy, "wb") as f:
+            shutil.copyfileobj(sys.stdin.buffer, f)
+        try:
+            yield copy
+        except task_lib.TaskDataError as e:
+            raise task_lib.TaskDataError(str(e).replace(copy, "<stdin>")) from None
+
+
+def predict(args) -> int:
+    check_paths(args)
+    md = model_dir_lib.read_model_dir(args.model_dir, checkpoint_path=args.checkpoint,
+                                      vocab_file=args.vocab_file)
+    config, tasks, model = serving.load_finetuned(md)
+    warn_if_unfinished(md)
+    task = pick_task(tasks, args.task)
+    fmt = args.format or prediction.guess_format(args.input)
+    with _input_file(args.input) as path:
+        examples = prediction.read_examples(task, path, fmt)
     predictor = prediction.Predictor(config, tasks, model, task,
                                      args.batch_size or config.predict_batch_size)
     log.info("%s: %d examples of task %s (%s)", args.input, len(examples), task.name, fmt)
-    with _output(args.output) as out, tqdm(total=len(examples), unit="ex",
-                                           disable=args.no_progress, file=sys.stderr) as bar:
-        for start in range(0, len(examples), CHUNK_EXAMPLES):
-            chunk = examples[start:start + CHUNK_EXAMPLES]
-            for record in predictor.records(chunk):
-                out.write(io_utils.json_line(record))
-            bar.update(len(chunk))
+    written = 0
+    try:
+        with _output(args.output) as out, tqdm(total=len(examples), unit="ex",
+                                               disable=args.no_progress, file=sys.stderr) as bar:
+            for start in range(0, len(examples), CHUNK_EXAMPLES):
+                chunk = examples[start:start + CHUNK_EXAMPLES]
+                for record in predictor.records(chunk):
+                    out.write(io_utils.json_line(record))
+                    written += 1
+                bar.update(len(chunk))
+    except preemption.Preempted as e:
+        where = (f"--output {args.output} was not written" if args.output != "-" else
+                 f"standard output holds the first {written} records, whole lines")
+        raise preemption.Preempted(f"{e}; {where}") from None
     if args.output != "-":
         log.info("wrote %d predictions to %s", len(examples), args.output)
     return 0
@@ -103,11 +181,18 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     console.setup(args.verbose)
     try:
-        return predict(args)
-    except (task_lib.TaskDataError, HParamError, ValueError, FileNotFoundError) as e:
+        with preemption.install():
+            return predict(args)
+    except preemption.Preempted as e:
+        log.warning("%s", e)
+        return preemption.EXIT_PREEMPTED
+    except (task_lib.TaskDataError, HParamError, ValueError, OSError) as e:
         log.error("%s", e)
         return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == preemption.EXIT_PREEMPTED:
+        preemption.exit_now(status)  # within the grace period: skip the interpreter's teardown
+    sys.exit(status)

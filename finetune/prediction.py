@@ -29,6 +29,8 @@ from finetune.classification import table_data
 from finetune.qa import qa_data
 from finetune.qa import qa_tasks
 from finetune.tagging import tagging_tasks
+from util import fs
+from util import preemption
 
 FORMATS = ("lines", "tsv", "csv", "jsonl", "conll", "squad")
 _BY_EXTENSION = {".txt": "lines", ".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl",
@@ -54,18 +56,33 @@ def guess_format(path: str) -> str:
     return fmt or "lines"
 
 
+def check_no_blank_lines(path: str) -> None:
+    """Refuses an empty line before an example (file:line): output record i is input example i,
+    and an empty line would either be dropped or predicted as an empty text. Empty lines at the
+    end precede no example and are fine; CoNLL separates sentences with them."""
+    blank = None
+    with fs.open(path, encoding="utf-8-sig", newline="") as f:
+        try:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    blank = blank or number
+                elif blank is not None:
+                    raise task_lib.TaskDataError(
+                        f"{path}:{blank}: empty line; every line is an example (output record i "
+                        "is input example i): remove it or put text there")
+        except UnicodeDecodeError:
+            return  # the reader names the file, line and byte
+
+
 def _lines(path: str) -> Iterator[tuple[str, str]]:
-    """(where, line) for every non-blank line of a file ("-": standard input)."""
-    name = "<stdin>" if path == "-" else path
-    f = open(0, encoding="utf-8", closefd=False) if path == "-" else open(path, encoding="utf-8")
-    with f:
+    """(where, line) for every non-blank line of a file (check_no_blank_lines refused blank lines
+    between examples)."""
+    with fs.open(path, encoding="utf-8") as f:
         try:
             for number, line in enumerate(f, start=1):
                 if line.strip():
-                    yield f"{name}:{number}", line.rstrip("\r\n")
+                    yield f"{path}:{number}", line.rstrip("\r\n")
         except UnicodeDecodeError as e:
-            if path == "-":
-                raise task_lib.TaskDataError(f"<stdin>: not valid UTF-8 ({e.reason})") from None
             raise task_lib.not_utf8_error(path, e) from None
 
 
@@ -104,11 +121,15 @@ def _sentence_examples(task, path: str, fmt: str) -> list:
                                              f"expected text_a TAB text_b")
             rows.append((where, dict(zip(("text_a", "text_b"), parts))))
     else:
-        if path == "-":
-            raise task_lib.TaskDataError(f"--format {fmt} reads a file, not standard input")
         spec = getattr(task, "spec", None)
         header = spec.get("header", True) if spec is not None else True
         rows = [(r.source, r.values) for r in table_data.read_records(path, fmt, fields, header)]
+    for where, values in rows:
+        for role, field in fields.items():
+            if not (values.get(role) or "").strip():
+                raise task_lib.TaskDataError(f"{where}: empty text ({role}" + (
+                    f", field {field!r}" if field != role else "") + "); every row is an "
+                    "example: remove the row or give it text")
     return [classification_tasks.InputExample(
         task_name=task.name, eid=i, source=where, text_a=values["text_a"],
         text_b=values.get("text_b"), label=task.dummy_label())
@@ -128,6 +149,9 @@ def _tagging_examples(task, path: str, fmt: str) -> list:
                 raise task_lib.TaskDataError(f"{where}: expected \"words\" (a list of strings) "
                                              f"or \"text\" (a string)")
             sentences.append((where, words))
+            if not words:
+                raise task_lib.TaskDataError(f"{where}: no words; every line is an example: "
+                                             "remove the line or give it words")
     else:
         column = task.word_column
         sentences = [(s.source, s.words)
@@ -136,28 +160,45 @@ def _tagging_examples(task, path: str, fmt: str) -> list:
     return [tagging_tasks.TaggingExample(task_name=task.name, eid=i, source=where, words=words,
                                          tags=[placeholder] * len(words),
                                          labels=[placeholder] * len(words))
-            for i, (where, words) in enumerate(sentences) if words]
+            for i, (where, words) in enumerate(sentences)]
 
 
 def _qa_examples(task, path: str, fmt: str) -> list:
     if fmt == "squad":
-        if path == "-":
-            raise task_lib.TaskDataError("--format squad reads a file, not standard input")
         paragraphs = qa_data.iter_squad(path, task.v2, labeled=False)
     else:
         paragraphs = qa_data.iter_plain_questions(_json_objects(path))
+    paragraphs = _non_empty_questions(paragraphs)
     examples, _ = qa_data.build_examples(paragraphs, task.name, is_training=False)
     return examples
 
 
-def read_examples(task: task_lib.Task, path: str, fmt: str) -> list[task_lib.Example]:
-    """The examples of an input file (or "-", standard input) in `fmt`, eid = position."""
+def _non_empty_questions(paragraphs):
+    """An empty context or question is refused (file:line): it has no answer to predict."""
+    for context, questions in paragraphs:
+        for q in questions:
+            if not context.strip() or not q.question.strip():
+                raise task_lib.TaskDataError(
+                    f"{q.where}: empty {'context' if not context.strip() else 'question'}; "
+                    "every question is an example: remove it or fill it in")
+        yield context, questions
+
+
+def check_format(task: task_lib.Task, fmt: str) -> None:
     kind = family(task)
     if fmt not in ACCEPTED[kind]:
         raise task_lib.TaskDataError(f"task {task.name} ({kind}) reads --format "
                                      f"{' / '.join(ACCEPTED[kind])}, not {fmt}")
+
+
+def read_examples(task: task_lib.Task, path: str, fmt: str) -> list[task_lib.Example]:
+    """The examples of an input file in `fmt`, eid = position (predict.py copies standard
+    input to a file first, so every format reads from it)."""
+    check_format(task, fmt)
+    if fmt != "conll" and fmt != "squad":
+        check_no_blank_lines(path)
     reader = {"classification": _sentence_examples, "tagging": _tagging_examples,
-              "qa": _qa_examples}[kind]
+              "qa": _qa_examples}[family(task)]
     return reader(task, path, fmt)
 
 
@@ -188,10 +229,13 @@ class Predictor:
         """The head's outputs for every feature row of `examples`, padding dropped."""
         rows = []
         for example in examples:
+            preemption.check(f"featurizing {example.source}")
             featurized = self._task.featurize(example, is_training=False)
             rows += featurized if isinstance(featurized, list) else [featurized]
         results = []
         for start in range(0, len(rows), self._batch_size):
+            preemption.check(f"predicting (feature rows {start + 1}-"
+                             f"{min(start + self._batch_size, len(rows))} of {len(rows)})")
             outputs = self._forward(self._batch(rows[start:start + self._batch_size]))
             mine = {k: v.numpy() for k, v in outputs[self._task.name].items()}
             for i in np.flatnonzero(outputs["task_id"].numpy() == self._task_id):

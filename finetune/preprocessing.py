@@ -30,6 +30,7 @@ import configure_finetuning
 from finetune import feature_spec
 from finetune import task as task_lib
 from util import io_utils
+from util import preemption
 from util import task_spec
 
 log = logging.getLogger(__name__)
@@ -208,6 +209,8 @@ class Preprocessor:
         try:
             with tf.io.TFRecordWriter(tmp_path) as writer:
                 for i, example in enumerate(examples):
+                    preemption.check(f"featurizing {os.path.basename(path)} (example {i + 1})",
+                                     "re-run the same command to featurize it")
                     task = self._name_to_task[example.task_name]
                     log_it = self._config.log_examples and i < 1
                     featurized = task.featurize(example, is_training, log_it)

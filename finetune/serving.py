@@ -9,9 +9,14 @@ The serving signature (`serving_default`, also the module's `serve` function):
            `probabilities` (softmax over the last axis) wherever a head has `logits`. With one
            task the keys are bare (`logits`, `probabilities`, `predictions`); with several they
            are `<task>_<output>`. A GLUE classifier gives logits/probabilities float32
-           [batch, num_labels] and predictions int32 [batch]; a regression task (STS-B)
-           predictions float32 [batch] on the training scale (score / 5); a tagger (chunk)
-           predictions int32 [batch, L]; a QA head its start/end scores over the L positions.
+           [batch, num_labels], predictions int32 [batch] and `label` string [batch] (the
+           predicted label's name); a regression task (STS-B) predictions float32 [batch] on
+           the training scale ((score - lo) / scale) and `score` float32 [batch] in the task's
+           own units (score = predictions * scale + lo); a tagger (chunk) predictions int32
+           [batch, L] and `tags` string [batch, L]; a QA head its start/end scores over the L
+           positions. The module also keeps, per task, `label_names` (the label list, in the
+           order of the logits) or `score_range` ([lo, hi, scale]) as variables: after
+           tf.saved_model.load, `loaded.label_names["<task>"]`.
 
 L is the trial's max_seq_length, fixed (pad every row to it, as fine-tuning's featurization
 does): some heads (QA's beam over start positions) need a static length. A tagger's position
@@ -28,6 +33,8 @@ import configure_finetuning
 from finetune import finetuning_model
 from finetune import task as task_lib
 from finetune import task_builder
+from finetune.classification import classification_tasks
+from finetune.qa import qa_tasks
 from model import model_dir as model_dir_lib
 from model import tokenization
 from util import checkpoint
@@ -77,6 +84,12 @@ def _serving_feature(spec, batch_size):
     return tf.zeros(tf.stack([batch_size] + shape), dtype)
 
 
+def _has_label_names(task: task_lib.Task) -> bool:
+    """Classifiers and taggers: their predictions index `label_list`."""
+    return (hasattr(task, "label_list") and not isinstance(task, qa_tasks.QATask)
+            and not isinstance(task, classification_tasks.RegressionTask))
+
+
 class ServingModule(tf.Module):
     """Wraps a FinetuningModel; `serve(input_ids, input_mask, segment_ids)` -> {name: tensor}."""
 
@@ -86,6 +99,13 @@ class ServingModule(tf.Module):
         self.model = model
         self._specs = [spec for t in tasks for spec in t.get_feature_specs()]
         self._task_names = [t.name for t in tasks]
+        # What a reader needs to read the outputs, saved with the model (see the docstring).
+        self.label_names = {t.name: tf.Variable(list(t.label_list), trainable=False)
+                            for t in tasks if _has_label_names(t)}
+        self.score_range = {
+            t.name: tf.Variable([t.min_value, t.max_value, t.scale], dtype=tf.float32,
+                                trainable=False)
+            for t in tasks if isinstance(t, classification_tasks.RegressionTask)}
         self.max_seq_length = max_seq_length
         spec = tf.TensorSpec([None, max_seq_length], tf.int32)
         self.serve = tf.function(self._serve, input_signature=[
@@ -107,6 +127,13 @@ class ServingModule(tf.Module):
                 result[self._key(task, key)] = value
                 if key == "logits":
                     result[self._key(task, "probabilities")] = tf.nn.softmax(value, axis=-1)
+            predictions = outputs[task].get("predictions")
+            if task in self.label_names and predictions is not None:
+                name = "label" if predictions.shape.rank == 1 else "tags"
+                result[self._key(task, name)] = tf.gather(self.label_names[task], predictions)
+            if task in self.score_range and predictions is not None:
+                lo, scale = self.score_range[task][0], self.score_range[task][2]
+                result[self._key(task, "score")] = predictions * scale + lo
         return result
 
     def _key(self, task: str, output: str) -> str:

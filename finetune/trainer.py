@@ -185,7 +185,7 @@ class ModelRunner:
         if self.is_chief and self.config.do_train:
             io_utils.write_json(os.path.join(self.model_dir, SETTINGS_FILE), {
                 "training_settings": training_settings(self.config),
-                "training_data": self.train_data.key,
+                "training_data": self.train_data.key, "train_steps": self.train_steps,
                 "bert_config": self.model.bert_config.to_dict(), "init": source})
             # The trial carries its vocabulary (with its settings: casing, a custom task's
             # labels), so predict.py and exports need nothing else.
@@ -330,7 +330,10 @@ class ModelRunner:
             self.preprocessor.predict_dataset(data))
         task_index = self.config.task_names.index(task.name)
         rows: list[dict[str, np.ndarray]] = []
-        for batch in dataset:
+        for i, batch in enumerate(dataset):
+            preemption.check(f"trial {self.trial}'s predictions on {task.name} {split} (batch "
+                             f"{i + 1} of {data.steps_per_epoch})", "its checkpoint is saved: "
+                             "re-run the same command to evaluate it")
             outputs = self._predict_fn(batch)
             task_ids = outputs["task_id"].numpy()
             mine = {k: v.numpy() for k, v in outputs[task.name].items()}

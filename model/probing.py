@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from model import modeling
 from util import fs
+from util import preemption
 
 PROBE_TASKS = ("pos", "chunk", "sst")
 FEATURES = ("last", "mean")
@@ -142,6 +143,8 @@ class FeatureExtractor:
         """Yields (indices, last, mean) per batch; sequences sorted by length to pad little."""
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
         for start in range(0, len(order), self.batch_size):
+            preemption.check("the probes' feature extraction", "re-run the same command to "
+                             "evaluate")
             chunk = order[start:start + self.batch_size]
             length = max(len(sequences[i]) for i in chunk)
             ids = np.full([len(chunk), length], self.tokenizer.pad_id, np.int32)
@@ -293,6 +296,7 @@ def run_probes(extractor: FeatureExtractor, tasks: Sequence[ProbeTask],
             # A held-out word cut by max_seq_length counts as an error (not silently skipped).
             for feature, x_train, x_test in (("last", tr_last, te_last),
                                              ("mean", tr_mean, te_mean)):
+                preemption.check(f"the {task.name} probe", "re-run the same command to evaluate")
                 accuracy = fit_linear_probe(x_train[tr_kept], y_train[tr_kept],
                                             x_test[te_kept], y_test[te_kept], n, updates)
                 results[f"{task.name}/{feature}"] = accuracy * te_kept.mean()
@@ -302,6 +306,7 @@ def run_probes(extractor: FeatureExtractor, tasks: Sequence[ProbeTask],
             y_train, y_test, n = _label_ids(task.train_labels, task.test_labels)
             for feature, x_train, x_test in (("last", tr_last, te_last),
                                              ("mean", tr_mean, te_mean)):
+                preemption.check(f"the {task.name} probe", "re-run the same command to evaluate")
                 results[f"{task.name}/{feature}"] = fit_linear_probe(
                     x_train, y_train, x_test, y_test, n, updates)
     return results

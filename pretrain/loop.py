@@ -33,6 +33,18 @@ def _stop_for_preemption(trainer: Trainer, saved_step: int, save) -> None:
     raise preemption.stopped(trainer.global_step)
 
 
+def _eval_or_stop(config: PretrainingConfig, trainer: Trainer, files: list[str], chief: bool,
+                  writer: tu.SummaryWriter, monitor: health.Monitor | None, saved_step: int,
+                  save) -> None:
+    """A periodic eval; a signal during it (util/preemption.check, every batch) ends the run
+    like one during training: saved at this step, the eval owed to the re-run."""
+    try:
+        evaluation.run_eval(config, trainer, files, chief, writer, monitor)
+    except preemption.Preempted as e:
+        log.warning("%s", e)
+        _stop_for_preemption(trainer, saved_step, save)
+
+
 def _save_reason(config: PretrainingConfig, step: int, stop_reason: int) -> str | None:
     """Why a checkpoint is due at `step` (None: it is not)."""
     if step >= config.num_train_steps:
@@ -102,7 +114,7 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
                 0 < step < config.num_train_steps and not evaluation.has_eval(config, step) and \
                 not preemption.requested():
             # The previous run stopped between this checkpoint and its eval: still owed.
-            evaluation.run_eval(config, trainer, files.eval, chief, writer, monitor)
+            _eval_or_stop(config, trainer, files.eval, chief, writer, monitor, saved_step, save)
         while step < config.num_train_steps:
             if preemption.requested():
                 _stop_for_preemption(trainer, saved_step, save)
@@ -129,7 +141,8 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
             # Periodic eval; the final one is do_eval's (after training).
             if config.eval_every_steps > 0 and step % config.eval_every_steps == 0 and not (
                     step >= config.num_train_steps and config.do_eval):
-                evaluation.run_eval(config, trainer, files.eval, chief, writer, monitor)
+                _eval_or_stop(config, trainer, files.eval, chief, writer, monitor, saved_step,
+                              save)
     finally:
         progress.close()
         writer.close()

@@ -46,7 +46,9 @@ def test_signature_and_outputs(exported):
         name: (tf.int32, [None, 16]) for name in ("input_ids", "input_mask", "segment_ids")}
     assert set(signature.structured_outputs) == {
         f"{task}_{out}" for task in ("cola", "sst")
-        for out in ("logits", "probabilities", "predictions")}
+        for out in ("logits", "probabilities", "predictions", "label")}
+    assert {t: v.numpy().tolist() for t, v in loaded.label_names.items()} == {
+        "cola": [b"0", b"1"], "sst": [b"0", b"1"]}
 
 
 def test_saved_model_equals_the_live_model_on_dev_batches(exported):
@@ -109,14 +111,21 @@ def test_tagger_and_qa_heads_export_too(tmp_path):
     assert {"sst_probabilities", "chunk_predictions", "squad_start_logits",
             "squad_end_logits"} <= set(served)
     assert served["chunk_predictions"].shape == [3, 32]
+    chunk = tasks[1]
+    np.testing.assert_array_equal(served["chunk_tags"].numpy().astype(str), np.array(
+        chunk.label_list)[served["chunk_predictions"].numpy()])
+    assert "squad_label" not in served and "squad_tags" not in served
     # The tagger labels every token: its dense layer on each position's encoding.
     encoded = model.encoder(ids, tf.ones_like(ids), segments, training=False).sequence_output
     tagger = model.heads[1].dense
     np.testing.assert_array_equal(served["chunk_predictions"].numpy(),
                                   np.argmax(tagger(encoded).numpy(), -1))
     for key in served:
-        np.testing.assert_allclose(served[key].numpy(), live[key].numpy(), rtol=1e-5,
-                                   atol=1e-5, err_msg=key)
+        if served[key].dtype == tf.string:
+            np.testing.assert_array_equal(served[key].numpy(), live[key].numpy(), err_msg=key)
+        else:
+            np.testing.assert_allclose(served[key].numpy(), live[key].numpy(), rtol=1e-5,
+                                       atol=1e-5, err_msg=key)
 
 
 def test_single_task_keys_are_bare(tmp_path):
@@ -126,7 +135,9 @@ def test_single_task_keys_are_bare(tmp_path):
                                    config.max_seq_length)
     ids = tf.constant([[2, 5, 3] + [0] * (config.max_seq_length - 3)], tf.int32)
     out = module.serve(ids, tf.cast(ids > 0, tf.int32), tf.zeros_like(ids))
-    assert {k: v.shape.as_list() for k, v in out.items()} == {"predictions": [1]}
+    assert {k: v.shape.as_list() for k, v in out.items()} == {"predictions": [1], "score": [1]}
+    # STS-B is trained on score / 5: `score` is in the task's units.
+    np.testing.assert_allclose(out["score"].numpy(), out["predictions"].numpy() * 5.0, rtol=1e-6)
 
 
 def test_refusals_and_atomic_replacement(exported, tmp_path):

@@ -9,15 +9,18 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import configure_finetuning
+import predict
 import pretrain_fixtures as fx
 import run_finetuning
 import run_pretraining
@@ -499,3 +502,176 @@ def test_feature_cache_keys_on_a_custom_tasks_columns_and_range(tmp_path):
     assert [t for _, t in other_range[1]] == [t / 2 for _, t in rows]
     pair = prepare(text_b="b")
     assert pair[0] != path and pair[1] != rows
+
+
+# -- a signal during a long phase that has nothing to save -------------------------------------
+
+
+def _signal_during(monkeypatch, phase: str) -> list:
+    """Sends this process a real SIGTERM at the first preemption.check of `phase` (a substring
+    of what the check says it is doing), as a scheduler would in the middle of that phase."""
+    from util import preemption
+    real, sent = preemption.check, []
+
+    def check(doing, *args, **kwargs):
+        if phase in doing and not sent:
+            sent.append(doing)
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.time() + 10
+            while not preemption.requested() and time.time() < deadline:
+                time.sleep(0.01)
+        return real(doing, *args, **kwargs)
+
+    monkeypatch.setattr(preemption, "check", check)
+    return sent
+
+
+def _sst_probe_dir(root) -> str:
+    sst = root / "sst_probe"
+    sst.mkdir()
+    rows = "".join(f"w{i} w{i + 1}\t{i % 2}\n" for i in range(1, 9))
+    (sst / "train.tsv").write_text("sentence\tlabel\n" + rows)
+    (sst / "dev.tsv").write_text("sentence\tlabel\n" + rows)
+    return str(sst)
+
+
+@pytest.mark.parametrize("phase", ["periodic_eval", "final_eval", "probes"])
+def test_a_signal_during_a_pretraining_eval_stops_it_at_the_next_batch(
+        trained, tmp_path, monkeypatch, caplog, phase):
+    """SIGTERM during an eval (eval_every_steps, do_eval's, the probes) used to wait for the
+    whole eval (100 batches by default), then exit 0. Now: exit 75 at the next batch, no
+    results written; a periodic eval at an unsaved step saves that step first."""
+    changes = {"periodic_eval": dict(num_train_steps=6, eval_every_steps=3, do_eval=True),
+               "final_eval": dict(do_train=False, do_eval=True),
+               "probes": dict(do_train=False, do_eval=True,
+                              probe_tasks={"sst": _sst_probe_dir(tmp_path)})}[phase]
+    data, hparams, model_dir = _copy_run(trained, tmp_path, **changes)
+    before = _digests(model_dir)
+    sent = _signal_during(monkeypatch, "probe" if phase == "probes" else "the eval at step")
+    code = run_pretraining.main(["--data-dir", data, "--model-name", "m",
+                                 "--hparams", json.dumps(hparams)])
+    assert code == 75 and sent
+    step = 3 if phase == "periodic_eval" else 2
+    what = ("the probes' feature extraction" if phase == "probes"
+            else f"the eval at step {step} (batch 1 of 2)")
+    assert f"stopped on SIGTERM during {what}" in caplog.text
+    assert "nothing of it was written" in caplog.text
+    assert not os.path.exists(os.path.join(model_dir, "results"))
+    after = _digests(model_dir)
+    if phase == "periodic_eval":  # trained to step 3: saved there, the eval owed to the re-run
+        assert "stopped on SIGTERM at step 3, checkpoint saved" in caplog.text
+        assert {n for n in after if n.startswith("model.ckpt-3")}
+    else:
+        assert after == before
+
+
+def _fake_trial(tmp_path, tasks, **hparams) -> tuple:
+    """A trial directory holding a random model's checkpoint and settings (no training)."""
+    from finetune import finetuning_model, trainer
+    from tests.test_finetune_data import VOCAB, make_config
+    config = make_config(tmp_path, tasks, **dict(TINY_FINETUNE, **hparams))
+    model = finetuning_model.FinetuningModel(config, task_builder.get_tasks(config), seed=1)
+    trial = tmp_path / "trial"
+    checkpoint.CheckpointManager(str(trial)).save(
+        {n: v.numpy() for n, v in checkpoint.by_name(model.variables).items()}, 3)
+    io_utils.write_json(str(trial / "finetune_config.json"), {
+        "bert_config": model.bert_config.to_dict(), "train_steps": 3,
+        "training_settings": trainer.training_settings(config)})
+    return config, str(trial), VOCAB
+
+
+@pytest.mark.parametrize("phase", ["featurizing", "predictions on", "predict.py"])
+def test_a_signal_during_featurization_evaluation_or_prediction_stops_at_the_next_batch(
+        tmp_path, monkeypatch, caplog, phase):
+    """Featurizing a task, a trial's eval and predict.py ran to their end on SIGTERM. Now each
+    stops at the next example or batch with exit 75 and writes nothing: no feature cache or
+    temporary, no results, no --output."""
+    write_fixtures(tmp_path, tasks={"sst"})
+    if phase == "predict.py":
+        config, trial, _ = _fake_trial(tmp_path, ["sst"])
+        (tmp_path / "new.txt").write_text("the movie\n" * 5)
+        sent = _signal_during(monkeypatch, "predicting")
+        before = _tree(tmp_path)
+        code = predict.main(["--model-dir", trial, "--input", str(tmp_path / "new.txt"),
+                             "--output", str(tmp_path / "out.jsonl"), "--vocab-file",
+                             config.vocab_file, "--no-progress"])
+        assert code == 75 and sent
+        assert f"--output {tmp_path / 'out.jsonl'} was not written" in caplog.text
+        assert _tree(tmp_path) == before
+        return
+    from tests.test_finetune_data import VOCAB
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    hparams = dict(TINY_FINETUNE, task_names=["sst"], vocab_size=len(VOCAB),
+                   do_train=phase == "featurizing")
+    sent = _signal_during(monkeypatch, phase)
+    code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m",
+                                "--hparams", json.dumps(hparams)])
+    assert code == 75 and sent
+    assert f"stopped on SIGTERM during {sent[0]}" in caplog.text
+    models = tmp_path / "models" / "m"
+    assert not (models / "results").exists()
+    cache = models / "finetuning_tfrecords" / "sst_tfrecords"
+    if phase == "featurizing":  # the split being written: neither its records nor a temporary
+        assert not cache.exists() or os.listdir(cache) == []
+
+
+# -- predict.py: output record i is input example i --------------------------------------------
+
+
+def test_predict_keeps_record_i_for_example_i(tmp_path, monkeypatch, caplog):
+    """An empty line between examples, or an empty text, used to be dropped (records shifted
+    against the input) or predicted as an empty text: refused with file:line, exit 2, nothing
+    written. Tables and every other documented format read from standard input (tsv, csv and
+    squad were refused there). A halted trial predicts with a warning."""
+    import io
+    write_fixtures(tmp_path, tasks={"sst"})
+    config, trial, _ = _fake_trial(tmp_path, ["sst"])
+    out = tmp_path / "out.jsonl"
+
+    def run(*args, stdin=None):
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+        caplog.clear()
+        return predict.main(["--model-dir", trial, "--vocab-file", config.vocab_file,
+                             "--no-progress", "--output", str(out), *args])
+
+    (tmp_path / "gap.txt").write_text("the movie\n\nthe cat\n")
+    (tmp_path / "empty.jsonl").write_text('{"text_a": "the movie"}\n{"text_a": " "}\n')
+    before = _tree(tmp_path)
+    assert run("--input", str(tmp_path / "gap.txt")) == 2
+    assert f"{tmp_path / 'gap.txt'}:2: empty line; every line is an example" in caplog.text
+    assert run("--input", str(tmp_path / "empty.jsonl")) == 2
+    assert f"{tmp_path / 'empty.jsonl'}:2: empty text (text_a); every row is an example" \
+        in caplog.text
+    assert run("--format", "tsv", stdin="text_a\nthe movie\n\nthe cat\n") == 2
+    assert "<stdin>:3: empty line" in caplog.text
+    assert _tree(tmp_path) == before
+    # Trailing empty lines precede no example; standard input reads as a table.
+    (tmp_path / "ok.txt").write_text("the movie\nthe cat\n\n\n")
+    assert run("--input", str(tmp_path / "ok.txt")) == 0
+    assert len(out.read_text().splitlines()) == 2
+    assert run("--format", "tsv", stdin="text_a\nthe movie\nthe cat\nthe dog\n") == 0
+    assert len(out.read_text().splitlines()) == 3
+    assert "is a halted trial" not in caplog.text
+    # A halted trial: its checkpoint's step is below the step count it was to train.
+    saved = json.loads(open(os.path.join(trial, "finetune_config.json")).read())
+    io_utils.write_json(os.path.join(trial, "finetune_config.json"), dict(saved, train_steps=9))
+    assert run("--input", str(tmp_path / "ok.txt")) == 0
+    assert "is a halted trial: its checkpoint is at step 3 of 9" in caplog.text
+
+
+def test_a_qa_answer_never_shows_the_scorers_placeholder(tmp_path, monkeypatch):
+    """A question without any valid span was answered "empty" (the official scorer's
+    placeholder, kept for its files): predict.py's record says so instead."""
+    from finetune.qa import qa_metrics
+    (tmp_path / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    config = configure_finetuning.FinetuningConfig.from_hparams(
+        "m", str(tmp_path), dict(TINY_FINETUNE, task_names=["squad"], vocab_size=len(WORDS)))
+    task = task_builder.get_tasks(config)[0]
+    placeholder = {"text": qa_metrics.EMPTY_PREDICTION, "start_logit": 0.0, "end_logit": 0.0,
+                   "probability": 1.0}
+    example = types.SimpleNamespace(qas_id="q1")
+    monkeypatch.setattr(task, "predict_questions", lambda examples, outputs: {
+        "q1": qa_metrics.QuestionPrediction("empty", [placeholder], None, found=False)})
+    assert task.prediction_records([example], []) == [
+        {"id": "q1", "answer": "", "probability": 0.0, "no_span": True}]

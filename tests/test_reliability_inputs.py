@@ -950,6 +950,40 @@ def predict_input_without_the_text_field(env, tmp):
         r"new\.jsonl:2: no field 'text' \(text_a\); the object has: 'sentence'"]
 
 
+def _predict(model_dir, *args):
+    return lambda: predict.main(["--model-dir", str(model_dir), *map(str, args), "--no-progress"])
+
+
+@case
+def predict_output_is_the_input(env, tmp):
+    # Refused before the model is read (any model dir does): the input was replaced.
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return _predict(env.model_dir, "--input", tmp / "new.txt", "--output",
+                    tmp / "." / "new.txt"), [
+        r"--output .*new\.txt is the --input file: the predictions would replace the input"]
+
+
+@case
+def predict_output_is_a_directory(env, tmp):
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return _predict(env.model_dir, "--input", tmp / "new.txt", "--output", tmp), [
+        r"--output .* is a directory; give a file path, e\.g\. .*predictions\.jsonl"]
+
+
+@case
+def predict_input_is_a_directory(env, tmp):
+    return _predict(env.model_dir, "--input", tmp, "--output", tmp / "out.jsonl"), [
+        r"--input .* is a directory; give a file \(or - for standard input\)"]
+
+
+@case
+def predict_output_in_a_missing_directory(env, tmp):
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return _predict(env.model_dir, "--input", tmp / "new.txt", "--output",
+                    tmp / "no" / "out.jsonl"), [
+        r"--output .*out\.jsonl: directory .*no does not exist"]
+
+
 @case
 def predict_model_dir_is_not_a_trial(env, tmp):
     (tmp / "new.txt").write_text("w1 w2\n")

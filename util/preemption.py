@@ -4,7 +4,8 @@ Spot VMs, TPU slices, Slurm and Kubernetes send SIGTERM and allow a short grace 
 SIGKILL. Inside `PreemptionGuard` the signal does not kill the process: it sets a stop flag that
 the training loops read in-graph after every step, so even a loop of hundreds of steps ends at
 the next step boundary; the trainer then writes a checkpoint with the usual atomic protocol and
-raises `Preempted`, and the command exits with `EXIT_PREEMPTED`.
+raises `Preempted`, and the command exits with `EXIT_PREEMPTED`. The phases between (evaluation,
+probes, featurization, predict.py) call `check` at every batch and stop there, unwritten.
 
 Why a watcher thread: Python runs signal handlers only in the main thread, between bytecodes,
 and the main thread is inside TensorFlow for the whole of a training loop. The C-level handler
@@ -187,6 +188,18 @@ def stopped(step: int, what: str = "") -> Preempted:
     after = f", {waited:.1f}s after the signal" if waited is not None else ""
     return Preempted(f"{what}stopped on {describe()} at step {step}, checkpoint saved{after}; "
                      "re-run the same command to resume")
+
+
+def check(doing: str, redo: str = "re-run the same command to do it") -> None:
+    """Raises Preempted when a stop was requested. For the long phases with nothing to save
+    (evaluation, probes, featurization, prediction), called at every batch: a signal ends them
+    within one batch, before anything of theirs is written."""
+    if not requested():
+        return
+    waited = _active.seconds_since_signal()
+    after = f", {waited:.1f}s after the signal" if waited is not None else ""
+    raise Preempted(f"stopped on {describe()} during {doing}{after}; nothing of it was "
+                    f"written; {redo}")
 
 
 def deadline(last_save: float, every_secs: float) -> float:

@@ -66,6 +66,7 @@ class QuestionPrediction:
     text: str  # the best non-null answer
     nbest: list[dict[str, Any]]  # {"text", "probability", "start_logit", "end_logit"}
     null_score: float | None  # SQuAD 2.0: > threshold means "no answer"; else None
+    found: bool = True  # False: no valid span, `text` is the official EMPTY_PREDICTION placeholder
 
 
 def get_best_indexes(logits: Sequence[float], n_best_size: int) -> list[int]:
@@ -190,6 +191,7 @@ def predict_question(example: qa_data.QAExample, windows: Sequence[qa_features.W
         seen.add(text)
         nbest.append({"text": text, "start_logit": cand.start_logit,
                       "end_logit": cand.end_logit})
+    found = bool(nbest)
     if not nbest:
         nbest.append({"text": EMPTY_PREDICTION, "start_logit": 0.0, "end_logit": 0.0})
     probabilities = compute_softmax([e["start_logit"] + e["end_logit"] for e in nbest])
@@ -205,7 +207,7 @@ def predict_question(example: qa_data.QAExample, windows: Sequence[qa_features.W
             null_score = min((float(r["start_logits"][0]) + float(r["end_logits"][0])
                               for r in results), default=NO_WINDOW_NULL_SCORE
                              ) - best["start_logit"] - best["end_logit"]
-    return QuestionPrediction(best["text"], nbest, null_score)
+    return QuestionPrediction(best["text"], nbest, null_score, found)
 
 
 def group_outputs(task_name: str, rows: Sequence[Mapping[str, Any]]) -> dict[int, Any]:

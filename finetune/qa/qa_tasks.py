@@ -171,11 +171,20 @@ class QATask(task_lib.Task):
 
     def prediction_records(self, examples, outputs):
         """{"id", "answer", "probability"} per question; SQuAD 2.0 adds "null_score", and the
-        answer is "" when the null score exceeds qa_na_threshold."""
+        answer is "" when the null score exceeds qa_na_threshold. A question without any valid
+        span gets answer "", probability 0 and "no_span": true (the official scorer's
+        placeholder text "empty" is kept for the scorer and the SQuAD submission files only)."""
         questions = self.predict_questions(examples, outputs)
         records = []
         for example in examples:
             q = questions[example.qas_id]
+            if not q.found:
+                record = {"id": example.qas_id, "answer": "", "probability": 0.0,
+                          "no_span": True}
+                if q.null_score is not None:
+                    record["null_score"] = round(float(q.null_score), 6)
+                records.append(record)
+                continue
             probability = next(e["probability"] for e in q.nbest if e["text"] == q.text)
             record = {"id": example.qas_id, "answer": q.text,
                       "probability": round(float(probability), 6)}
