@@ -1,5 +1,5 @@
 """Is a pre-training run learning? Named states read off its eval history, each with what is
-wrong, the causes measured on this project's machine and what to try.
+wrong, its likely causes (saying which were measured on this project's machine) and what to try.
 
 Pure logic (numpy only, no TensorFlow), so tests drive it with synthetic histories and the demo
 imports it cheaply. pretrain/evaluation.py feeds it every eval's metrics (pretrain_metrics.py plus
@@ -135,7 +135,8 @@ STATES = (
     State("disc_stalled",
           "the discriminator calls almost no token replaced and ranks replaced tokens little "
           "better than chance (AUC over real tokens below 0.70)",
-          "the official optimizer (no bias correction) with 20 warm-up steps; "
+          "measured here: the official optimizer (no bias correction) with 20 warm-up steps "
+          "(from step 40); "
           "a small discriminator whose generator has caught up (1/4-width generator, "
           "temperature 1, a few hundred steps or more)",
           "adam_bias_correction true and lr_decay_after_warmup true (or num_warmup_steps in the "
@@ -144,8 +145,8 @@ STATES = (
     State("collapse",
           "the discriminator's last-layer vectors of held-out text are nearly parallel, or a "
           "hidden dimension barely varies: the encoder no longer tells tokens apart",
-          "the official optimizer with a short warm-up on a tiny model (a faithful reference "
-          "reached mean cosine 1.000 by step 160)",
+          "measured here: the official optimizer with 20 warm-up steps on a tiny model (a dead "
+          "dimension from step 60; a faithful reference reached mean cosine 1.000 by step 160)",
           "adam_bias_correction true, lr_decay_after_warmup true, or num_warmup_steps 10000 as "
           "the official recipe; a lower learning_rate", _collapsed),
     State("generator_too_strong",
@@ -207,8 +208,8 @@ def token_geometry(vectors: np.ndarray) -> dict[str, float]:
 
 def describe(state_name: str, step: int) -> str:
     state = BY_NAME[state_name]
-    return (f"health: {state.name} since step {step}: {state.what}. Likely causes (measured "
-            f"here): {state.causes}. Try: {state.remedy}")
+    return (f"health: {state.name} since step {step}: {state.what}. Likely causes: "
+            f"{state.causes}. Try: {state.remedy}")
 
 
 def line(active: Mapping[str, int]) -> str:
