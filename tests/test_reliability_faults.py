@@ -675,3 +675,37 @@ def test_a_qa_answer_never_shows_the_scorers_placeholder(tmp_path, monkeypatch):
         "q1": qa_metrics.QuestionPrediction("empty", [placeholder], None, found=False)})
     assert task.prediction_records([example], []) == [
         {"id": "q1", "answer": "", "probability": 0.0, "no_span": True}]
+
+
+# -- exports carry what is needed to read their outputs ----------------------------------------
+
+
+def test_exports_carry_label_names_and_a_regressions_range(tmp_path, caplog):
+    """A regression head's output is (score - lo) / scale: the SavedModel used to give only that
+    (STS-B scores off by 5x) and the Hugging Face config nothing to undo it; a classifier's
+    SavedModel gave label ids without their names."""
+    import export_model
+    caplog.set_level("INFO")
+    write_fixtures(tmp_path, tasks={"sts", "sst"})
+    config, trial, _ = _fake_trial(tmp_path, ["sts", "sst"])
+    served = tmp_path / "served"
+    assert export_model.main(["--model-dir", trial, "--format", "saved_model", "--output",
+                              str(served), "--vocab-file", config.vocab_file]) == 0
+    loaded = tf.saved_model.load(str(served))
+    assert loaded.label_names["sst"].numpy().tolist() == [b"0", b"1"]
+    assert loaded.score_range["sts"].numpy().tolist() == [0.0, 5.0, 5.0]
+    ids = tf.constant([[2, 5, 6, 3, 0, 0, 0, 0]], tf.int32)
+    out = loaded.signatures["serving_default"](
+        input_ids=ids, input_mask=tf.cast(ids > 0, tf.int32), segment_ids=tf.zeros_like(ids))
+    np.testing.assert_allclose(out["sts_score"].numpy(), out["sts_predictions"].numpy() * 5,
+                               rtol=1e-6)
+    assert out["sst_label"].numpy()[0] == [b"0", b"1"][int(out["sst_predictions"].numpy()[0])]
+    hf_dir = tmp_path / "hf"
+    assert export_model.main(["--model-dir", trial, "--format", "huggingface", "--model",
+                              "classifier", "--task", "sts", "--output", str(hf_dir),
+                              "--vocab-file", config.vocab_file]) == 0
+    hf_config = json.loads((hf_dir / "config.json").read_text())
+    assert hf_config["electra_score_range"] == {
+        "min_value": 0.0, "max_value": 5.0, "scale": 5.0,
+        "score": "logits[..., 0] * scale + min_value"}
+    assert "electra_score_range\" holds min_value, max_value and scale" in caplog.text
