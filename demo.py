@@ -111,6 +111,17 @@ def split_sentences(paragraph: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", paragraph) if 6 <= len(s.split()) <= 40]
 
 
+def _write_if_changed(path: str, text: str) -> None:
+    """A re-run writes the same text: leaving the file (and its modification time) as it is lets
+    the data build resume instead of refusing a corpus that looks edited."""
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def write_corpus_and_task(work_dir: str, seed: int = 0) -> dict:
     """Writes corpus/*.txt (pre-training) and finetuning_data/sst/*.tsv (the labelled task).
 
@@ -128,9 +139,8 @@ def write_corpus_and_task(work_dir: str, seed: int = 0) -> dict:
     corpus_dir = os.path.join(work_dir, "corpus")
     os.makedirs(corpus_dir, exist_ok=True)
     for shard in range(4):
-        with open(os.path.join(corpus_dir, f"stdlib_docs_{shard}.txt"), "w", encoding="utf-8") as f:
-            for _, paragraphs in pretrain[shard::4]:
-                f.write("\n".join(paragraphs) + "\n\n")
+        _write_if_changed(os.path.join(corpus_dir, f"stdlib_docs_{shard}.txt"), "".join(
+            "\n".join(paragraphs) + "\n\n" for _, paragraphs in pretrain[shard::4]))
     by_label = {0: set(), 1: set()}
     for name, paragraphs in held_out:
         label = 1 if name.startswith("topic:") else 0
@@ -145,12 +155,10 @@ def write_corpus_and_task(work_dir: str, seed: int = 0) -> dict:
     task_dir = os.path.join(work_dir, "finetuning_data", "sst")
     os.makedirs(task_dir, exist_ok=True)
     for split in ("train", "dev"):  # the SST-2 layout of GLUE
-        with open(os.path.join(task_dir, f"{split}.tsv"), "w", encoding="utf-8") as f:
-            f.write("sentence\tlabel\n")
-            f.writelines(f"{text}\t{label}\n" for label, text in splits[split])
-    with open(os.path.join(task_dir, "test.tsv"), "w", encoding="utf-8") as f:
-        f.write("index\tsentence\n")
-        f.writelines(f"{i}\t{text}\n" for i, (_, text) in enumerate(splits["test"]))
+        _write_if_changed(os.path.join(task_dir, f"{split}.tsv"), "sentence\tlabel\n" + "".join(
+            f"{text}\t{label}\n" for label, text in splits[split]))
+    _write_if_changed(os.path.join(task_dir, "test.tsv"), "index\tsentence\n" + "".join(
+        f"{i}\t{text}\n" for i, (_, text) in enumerate(splits["test"])))
     corpus_mb = sum(os.path.getsize(os.path.join(corpus_dir, p)) for p in os.listdir(corpus_dir)) / 1e6
     return dict(documents=len(documents), pretrain_documents=len(pretrain), corpus_mb=corpus_mb,
                 task_sizes={k: len(v) for k, v in splits.items()})
