@@ -77,7 +77,7 @@ def check_no_blank_lines(path: str) -> None:
 def _lines(path: str) -> Iterator[tuple[str, str]]:
     """(where, line) for every non-blank line of a file (check_no_blank_lines refused blank lines
     between examples)."""
-    with fs.open(path, encoding="utf-8") as f:
+    with fs.open(path, encoding="utf-8-sig") as f:
         try:
             for number, line in enumerate(f, start=1):
                 if line.strip():

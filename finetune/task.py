@@ -39,6 +39,9 @@ from model import modeling
 DEBUG_MAX_EXAMPLES = 100
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 class TaskDataError(ValueError):
     """Task data that is missing or malformed; the message names the file (and line)."""
 
@@ -50,6 +53,9 @@ def not_utf8_error(path: str, error: UnicodeDecodeError) -> TaskDataError:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rb") as f:
             raw = f.read()
+        if raw.startswith(GZIP_MAGIC):
+            return TaskDataError(f"{path}: gzip-compressed data, read as text; decompress it "
+                                 f"first (gunzip, then name the uncompressed file)")
         raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1

@@ -51,7 +51,7 @@ def read_conll_column(path: str, column: int) -> list[tuple[list[str], list[str]
     """(words, tags) per sentence of a CoNLL file; tags from `column` (0-based, whitespace split)."""
     sentences, words, tags = [], [], []
     try:
-        with fs.open(path, encoding="utf-8") as f:
+        with fs.open(path, encoding="utf-8-sig") as f:
             for line_no, line in enumerate(f, start=1):
                 fields = line.split()
                 if not fields:
@@ -78,7 +78,7 @@ def read_conll_column(path: str, column: int) -> list[tuple[list[str], list[str]
 def read_sentence_tsv(path: str) -> tuple[list[str], list[str]]:
     """(sentences, labels) of an SST-2 style TSV with a header naming `sentence` and `label`."""
     try:
-        with fs.open(path, encoding="utf-8", newline="") as f:
+        with fs.open(path, encoding="utf-8-sig", newline="") as f:
             rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     except (OSError, UnicodeDecodeError) as e:
         raise ProbeDataError(f"{path}: cannot read the TSV file ({e})") from None

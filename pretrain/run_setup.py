@@ -20,7 +20,7 @@ import tensorflow as tf
 from configure_pretraining import PretrainingConfig
 from model import model_dir as model_dir_lib
 from model import tokenization
-from pretrain import evaluation, input_pipeline
+from pretrain import evaluation, input_pipeline, pretrain_data
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
 from util import checkpoint, io_utils, record_check, resume
@@ -65,8 +65,29 @@ def check_run(config: PretrainingConfig, chief: bool
     return special_ids, files
 
 
+def _refuse_missing_vocab(config: PretrainingConfig) -> None:
+    """A missing vocab file, named with the vocabulary the data's metadata.json was built with
+    (a SentencePiece build keeps no vocab.txt: the default vocab_file cannot be found)."""
+    metadata_path = os.path.join(os.path.dirname(config.pretrain_tfrecords),
+                                 pretrain_data.METADATA_FILE)
+    built = None
+    if os.path.isfile(metadata_path):
+        try:
+            metadata = io_utils.read_json(metadata_path)
+        except ValueError:
+            metadata = {}
+        built = metadata.get("spm_model") or metadata.get("vocab_file")
+    if isinstance(built, str):
+        raise HParamError(f"vocab file {config.vocab_file} does not exist; the tfrecords were "
+                          f"built with {built} ({metadata_path}): set \"vocab_file\": "
+                          f"\"{built}\"")
+    raise HParamError(f"vocab file {config.vocab_file} does not exist; set hparam vocab_file")
+
+
 def load_special_ids(config: PretrainingConfig) -> SpecialIds:
     """Special token ids from the vocab file; its size must equal hparam vocab_size."""
+    if not os.path.exists(config.vocab_file):
+        _refuse_missing_vocab(config)
     vocab = tokenization.load_vocab(config.vocab_file)
     if len(vocab) != config.vocab_size:
         raise HParamError(

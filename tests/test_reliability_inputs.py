@@ -360,6 +360,21 @@ def pretrain_missing_data_dir(env, tmp):
 
 
 @case
+def pretrain_sentencepiece_data_without_vocab_file(env, tmp):
+    # A SentencePiece build (--vocab-size) writes spm.model, no vocab.txt: the default
+    # vocab_file <data-dir>/vocab.txt cannot be there.
+    data = copy_data(env, tmp)
+    os.remove(os.path.join(data, "vocab.txt"))
+    metadata_path = os.path.join(data, "pretrain_tfrecords", "metadata.json")
+    metadata = json.loads(open(metadata_path).read())
+    metadata["spm_model"] = os.path.join(data, "pretrain_tfrecords", "spm.model")
+    io_utils.write_json(metadata_path, metadata)
+    return pretrain(data, **env.hparams), [
+        rf"vocab file {re.escape(data)}/vocab\.txt does not exist; the tfrecords were built with "
+        rf".*pretrain_tfrecords/spm\.model \(.*metadata\.json\): set \"vocab_file\": "]
+
+
+@case
 def pretrain_no_tfrecords(env, tmp):
     data = copy_data(env, tmp)
     shutil.rmtree(os.path.join(data, "pretrain_tfrecords"))
@@ -920,6 +935,113 @@ def finetune_custom_tagging_dev_tag_not_in_training(env, tmp):
     good = "w1 NN\nw2 VB\n\nw3 NN\n"
     return custom(env, tmp, spec, {"train.txt": good, "dev.txt": good + "w4 JJ\n"}), [
         r"dev\.txt:5: tag 'JJ' of word 'w4' is not one of the training file's tags \(NN, VB\)"]
+
+
+@case
+def finetune_custom_regression_label_not_finite(env, tmp):
+    # 1e999 overflows to inf (as NaN, Infinity, -inf): the targets would poison the loss.
+    spec = dict(CSV_SPEC, type="regression")
+    good = "text,label\nw1 w2,1.5\nw3,4\n"
+    return custom(env, tmp, spec, {"train.csv": good + "w4 w5,1e999\n", "dev.csv": good}), [
+        r"train\.csv:4: label '1e999' of task mine is not a finite number"]
+
+
+@case
+def finetune_custom_regression_range_not_finite(env, tmp):
+    spec = dict(CSV_SPEC, type="regression", range=[0, math.inf])
+    return custom(env, tmp, spec, {"train.csv": "text,label\nw1,1\n"}), [
+        r"hparam custom_tasks\.mine\.range: expected \[lo, hi\], finite.*got \[0, inf\]"]
+
+
+@case
+def finetune_custom_labels_differing_only_in_whitespace(env, tmp):
+    spec = dict(CSV_SPEC, train="train.jsonl", dev="dev.jsonl")
+    good = '{"text": "w1 w2", "label": "pos"}\n{"text": "w3", "label": "neg"}\n'
+    return custom(env, tmp, spec, {"train.jsonl": good + '{"text": "w4", "label": "pos "}\n',
+                                   "dev.jsonl": good}), [
+        r"train\.jsonl:3: label 'pos ' differs from label 'pos' \(.*train\.jsonl:1\) only in "
+        r"whitespace"]
+
+
+@case
+def finetune_custom_training_file_with_one_label(env, tmp):
+    one = "text,label\nw1 w2,pos\nw3,pos\n"
+    return custom(env, tmp, dict(CSV_SPEC, labels=["neg", "pos"]),
+                  {"train.csv": one, "dev.csv": GOOD_CSV}), [
+        r"train\.csv: every row has label 'pos'; a classifier needs at least two labels"]
+
+
+@case
+def finetune_custom_tagging_without_a_tag_to_learn(env, tmp):
+    spec = {"type": "tagging", "train": "train.txt", "dev": "dev.txt"}
+    only_o = "w1 O\nw2 O\n\nw3 O\n"
+    return custom(env, tmp, spec, {"train.txt": only_o, "dev.txt": only_o}), [
+        r"train\.txt: no chunk to learn: every tag is O"]
+
+
+@case
+def finetune_custom_task_name_not_ascii(env, tmp):
+    (tmp / "train.csv").write_text(GOOD_CSV)
+    spec = dict(CSV_SPEC, train=str(tmp / "train.csv"), dev=str(tmp / "train.csv"))
+    return finetune(env, tmp, tasks=("café",), custom_tasks={"café": spec}), [
+        r"hparam custom_tasks\.café: a task name must be a lower-case identifier of ASCII.*'café'"]
+
+
+@case
+def finetune_custom_conll_word_holding_a_space(env, tmp):
+    # Tab-separated columns, one word "New York": split at any whitespace, it is two columns.
+    spec = {"type": "tagging", "train": "train.txt", "dev": "dev.txt"}
+    good = "w1\tB-A\nw2\tI-A\n\nw3\tO\n"
+    return custom(env, tmp, spec, {"train.txt": good + "\nNew York\tB-A\n", "dev.txt": good}), [
+        r"train\.txt:6: 3 whitespace-separated columns where line 1 has 2: does a word or tag "
+        r"hold a space\?"]
+
+
+@case
+def finetune_custom_tagging_tag_column_is_the_word_column(env, tmp):
+    spec = {"type": "tagging", "train": "train.txt", "dev": "dev.txt", "tag_column": 0}
+    good = "w1 B-A\nw2 I-A\n"
+    return custom(env, tmp, spec, {"train.txt": good, "dev.txt": good}), [
+        r"hparam custom_tasks\.mine\.tag_column: is 0, the word_column too"]
+
+
+@case
+def finetune_custom_tagging_tag_column_is_the_word_column_of_the_file(env, tmp):
+    # word_column 0 and tag_column -1 (the defaults) are one column of a one-column file.
+    spec = {"type": "tagging", "train": "train.txt", "dev": "dev.txt"}
+    return custom(env, tmp, spec, {"train.txt": "w1\nw2\n", "dev.txt": "w1\n"}), [
+        r"train\.txt:1: word column 0 and tag column -1 are the same column of this line's 1"]
+
+
+@case
+def finetune_custom_task_gzipped_file(env, tmp):
+    (tmp / "train.csv.gz").write_bytes(gzip.compress(GOOD_CSV.encode()))
+    return custom(env, tmp, dict(CSV_SPEC, train="train.csv.gz", format="csv"),
+                  {"dev.csv": GOOD_CSV}), [
+        r"hparam custom_tasks\.mine\.train: .*train\.csv\.gz is gzip-compressed; "
+        r"classification task files are read as plain text: decompress it"]
+
+
+@case
+def finetune_custom_task_gzipped_file_under_a_plain_name(env, tmp):
+    (tmp / "train.csv").write_bytes(gzip.compress(GOOD_CSV.encode()))
+    return custom(env, tmp, CSV_SPEC, {"dev.csv": GOOD_CSV}), [
+        r"train\.csv: gzip-compressed data, read as text; decompress it first"]
+
+
+SQUAD_V2 = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{
+    "context": "w1 w2 w3", "qas": [
+        {"id": "q1", "question": "w1?", "answers": [{"text": "w2", "answer_start": 3}]},
+        {"id": "q2", "question": "w9?", "answers": [], "is_impossible": True}]}]}]}
+
+
+@case
+def finetune_custom_qa_needs_version_2(env, tmp):
+    squad = json.dumps(SQUAD_V2)
+    return custom(env, tmp, {"type": "qa", "train": "train.json", "dev": "dev.json"},
+                  {"train.json": squad, "dev.json": squad}), [
+        r"train\.json: data\[0\].*qas\[1\] \(id 'q2'\): 'answers' is empty .*set \"version\": "
+        r"2 \(hparam custom_tasks\.mine\.version\)"]
 
 
 def _trained_custom_trial(env, tmp) -> str:

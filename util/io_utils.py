@@ -131,7 +131,7 @@ def write_jsonl(path: str, records) -> None:
 
 def read_json(path: str) -> Any:
     """Reads a JSON file; a syntax error names the file, line and column."""
-    with fs.open(path, encoding="utf-8") as f:
+    with fs.open(path, encoding="utf-8-sig") as f:
         text = f.read()
     try:
         return json.loads(text)

@@ -29,7 +29,9 @@ directory (finetune_config.json), so predicting needs no training data.
 """
 import dataclasses
 import json
+import math
 import os
+import re
 from typing import Any
 
 from util import fs
@@ -54,6 +56,10 @@ _KEYS = {
 # features: a finished trial is re-evaluated when they change, a halted one continues.
 EVAL_ONLY_KEYS = frozenset({"dev", "test", "metrics", "positive_label"})
 _EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+MAX_NAME_LENGTH = 64
+# TensorFlow variable and scope names and portable file names all accept these (Python
+# identifiers alone let through "é" or "变量", which TensorFlow refuses mid-run).
+TASK_NAME = re.compile(rf"[a-z][a-z0-9_]{{0,{MAX_NAME_LENGTH - 1}}}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +99,18 @@ def _error(name: str, key: str, message: str) -> HParamError:
 
 def resolve(name: str, value: Any) -> dict:
     """The spec object of `name` with every data path absolute (a spec file is read here)."""
-    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
-        raise _error(str(name), "", "a task name must be a lower-case identifier (letters, "
-                     "digits, underscores), as it names features and checkpoint variables")
+    if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
+        raise _error(str(name), "", f"a task name must be a lower-case identifier of ASCII "
+                     f"letters, digits and underscores, starting with a letter, at most "
+                     f"{MAX_NAME_LENGTH} characters, as it names files, features and checkpoint "
+                     f"variables; got {name!r}")
     base = fs.abspath(os.curdir)
     if isinstance(value, str):
         path = fs.abspath(value)
         if not fs.isfile(path):
             raise _error(name, "", f"spec file {path} does not exist")
         try:
-            with fs.open(path, encoding="utf-8") as f:
+            with fs.open(path, encoding="utf-8-sig") as f:
                 value = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise _error(name, "", f"spec file {path} is not valid JSON: {e}") from None
@@ -117,6 +125,12 @@ def resolve(name: str, value: Any) -> dict:
                 raise _error(name, split, f"expected a file path, got {spec[split]!r}")
             spec[split] = fs.resolve_relative(base, spec[split])
     return spec
+
+
+def _refuse_gzip(name: str, split: str, path: str | None, family: str) -> None:
+    if path and path.lower().endswith(".gz"):
+        raise _error(name, split, f"{path} is gzip-compressed; {family} task files are read "
+                     f"as plain text: decompress it (gunzip) and name the uncompressed file")
 
 
 def _check_field(name: str, spec: dict, key: str, header: bool, required: bool) -> None:
@@ -143,6 +157,11 @@ def _check_string_list(name: str, spec: dict, key: str, choices=None) -> None:
         raise _error(name, key, f"lists a value twice: {value}")
     if choices is not None and any(v not in choices for v in value):
         raise _error(name, key, f"must be from {list(choices)}, got {value}")
+    normalised = [" ".join(v.split()) for v in value]
+    if len(set(normalised)) != len(value):
+        twins = [v for v, n in zip(value, normalised) if normalised.count(n) > 1]
+        raise _error(name, key, f"lists {twins[0]!r} and {twins[1]!r}, which differ only in "
+                     f"whitespace")
 
 
 def check(name: str, spec: dict) -> TaskSpec:
@@ -162,6 +181,7 @@ def check(name: str, spec: dict) -> TaskSpec:
             raise _error(name, "format", f"must be one of {list(TABLE_FORMATS)}, got {fmt!r}")
         for split in SPLITS:
             path = spec.get(split)
+            _refuse_gzip(name, split, path, family)
             ext = path and os.path.splitext(path)[1].lower()
             if path and fmt is None and ext not in _EXTENSIONS:
                 raise _error(name, split, f"cannot tell the format of {path} from its extension "
@@ -176,6 +196,9 @@ def check(name: str, spec: dict) -> TaskSpec:
         _check_string_list(name, spec, "metrics", metrics)
     if family == "classification":
         _check_string_list(name, spec, "labels")
+        if spec.get("labels") is not None and len(spec["labels"]) < 2:
+            raise _error(name, "labels", f"a classifier needs at least two labels, got "
+                         f"{spec['labels']}")
         positive = spec.get("positive_label")
         if positive is not None and not isinstance(positive, str):
             raise _error(name, "positive_label", f"expected a label string, got {positive!r}")
@@ -187,13 +210,20 @@ def check(name: str, spec: dict) -> TaskSpec:
         if (not isinstance(lo_hi, list) or len(lo_hi) != 2
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                            for v in lo_hi)
+                or not all(math.isfinite(v) for v in lo_hi)
                 or not lo_hi[0] < lo_hi[1] or lo_hi[1] <= 0):
-            raise _error(name, "range", f"expected [lo, hi] with lo < hi and hi > 0, got {lo_hi!r}")
+            raise _error(name, "range", f"expected [lo, hi], finite, with lo < hi and hi > 0, got "
+                         f"{lo_hi!r}")
     if family == "tagging":
         for key, default in (("word_column", 0), ("tag_column", -1)):
             value = spec.get(key, default)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise _error(name, key, f"expected a column number, got {value!r}")
+        if spec.get("word_column", 0) == spec.get("tag_column", -1):
+            raise _error(name, "tag_column", f"is {spec.get('tag_column', -1)}, the word_column "
+                         f"too: the tags must be another column than the words")
+        for split in SPLITS:
+            _refuse_gzip(name, split, spec.get(split), family)
         encoding = spec.get("encoding")
         if encoding is not None and encoding not in TAG_ENCODINGS:
             raise _error(name, "encoding", f"must be one of {list(TAG_ENCODINGS)}, got "

@@ -8,6 +8,7 @@ the first part and 1 for the second (as BERT/ELECTRA). Heads read the [CLS] vect
 import abc
 import dataclasses
 import logging
+import math
 import os
 from typing import Any
 
@@ -234,6 +235,26 @@ class SingleOutputTask(task_lib.Task):
         return [path]
 
 
+def parse_score(label: str, source: str, task_name: str) -> float:
+    """A regression label as a finite number (NaN, inf, 1e999 would poison the loss)."""
+    try:
+        value = float(label)
+    except ValueError:
+        raise task_lib.TaskDataError(
+            f"{source}: label {label!r} of task {task_name} is not a number") from None
+    if not math.isfinite(value):
+        raise task_lib.TaskDataError(
+            f"{source}: label {label!r} of task {task_name} is not a finite number")
+    return value
+
+
+def whitespace_twin(label: str, labels) -> str | None:
+    """The label of `labels` that `label` equals but for whitespace, if any."""
+    key = " ".join(label.split())
+    return next((other for other in labels if other != label and " ".join(other.split()) == key),
+                None)
+
+
 class ClassificationTask(SingleOutputTask):
     """A single categorical label per example; labels are the strings of `label_list`."""
 
@@ -244,6 +265,11 @@ class ClassificationTask(SingleOutputTask):
 
     def check_label(self, label, source):
         if label not in self._label_map:
+            twin = whitespace_twin(label, self.label_list)
+            if twin is not None:
+                raise task_lib.TaskDataError(
+                    f"{source}: label {label!r} of task {self.name} differs from label {twin!r} "
+                    f"only in whitespace")
             raise task_lib.TaskDataError(
                 f"{source}: unknown label {label!r} for task {self.name}; expected one of "
                 f"{self.label_list}")
@@ -292,11 +318,7 @@ class RegressionTask(SingleOutputTask):
         self.scale = scale or max_value
 
     def check_label(self, label, source):
-        try:
-            value = float(label)
-        except ValueError:
-            raise task_lib.TaskDataError(
-                f"{source}: label {label!r} of task {self.name} is not a number") from None
+        value = parse_score(label, source, self.name)
         if not self.min_value <= value <= self.max_value:
             raise task_lib.TaskDataError(
                 f"{source}: label {value} of task {self.name} is outside "

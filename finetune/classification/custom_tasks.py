@@ -22,6 +22,25 @@ def _sorted_labels(labels: set[str]) -> list[str]:
         return sorted(labels)
 
 
+def training_labels(records: list[table_data.Record], path: str, labels_key: str) -> set[str]:
+    """The labels of a training file, refused when there is nothing to learn (one label) or
+    when two of them differ only in whitespace (one class split in two)."""
+    first: dict[str, table_data.Record] = {}  # whitespace-normalised label -> its first row
+    for r in records:
+        label = r.values["label"]
+        seen = first.setdefault(" ".join(label.split()), r)
+        if seen.values["label"] != label:
+            raise task_lib.TaskDataError(
+                f"{r.source}: label {label!r} differs from label {seen.values['label']!r} "
+                f"({seen.source}) only in whitespace; write them the same way")
+    if len(first) == 1:
+        label = next(iter(first.values())).values["label"]
+        raise task_lib.TaskDataError(
+            f"{path}: every row has label {label!r}; a classifier needs at least two labels in "
+            f"its training file (the task's labels: {labels_key})")
+    return {r.values["label"] for r in first.values()}
+
+
 class _FromSpec:
     """Reading a spec's files: mixed into a SingleOutputTask."""
 
@@ -55,7 +74,10 @@ class _FromSpec:
     def get_examples(self, split: str) -> list[classification_tasks.InputExample]:
         labeled = not self.is_unlabeled(split)
         examples = []
-        for r in self.read(split, labeled, self.max_examples(split)):
+        records = self.read(split, labeled, self.max_examples(split))
+        if split == "train" and self.spec.family == "classification":
+            training_labels(records, self._path(split), self.spec.where("labels"))
+        for r in records:
             label = self.check_label(r.values["label"], r.source) if labeled \
                 else self.dummy_label()
             examples.append(classification_tasks.InputExample(
@@ -78,7 +100,8 @@ class CustomClassification(_FromSpec, classification_tasks.ClassificationTask):
         self.spec = spec
         labels = spec.get("labels")
         if labels is None:
-            labels = _sorted_labels({r.values["label"] for r in self.read("train", True)})
+            labels = _sorted_labels(training_labels(self.read("train", True), self._path("train"),
+                                                    spec.where("labels")))
         super().__init__(config, spec.name, tokenizer, labels)
         positive = spec.get("positive_label")
         self.positive_label = positive if positive is not None else self.label_list[-1]
@@ -116,11 +139,7 @@ class CustomRegression(_FromSpec, classification_tasks.RegressionTask):
         super().__init__(config, spec.name, tokenizer, lo, hi, scale=hi - lo)
 
     def _number(self, label: str, source: str) -> float:
-        try:
-            return float(label)
-        except ValueError:
-            raise task_lib.TaskDataError(
-                f"{source}: label {label!r} of task {self.spec.name} is not a number") from None
+        return classification_tasks.parse_score(label, source, self.spec.name)
 
     def check_label(self, label, source):
         if self.enforce_range:

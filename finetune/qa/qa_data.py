@@ -160,7 +160,11 @@ class _Question:
     where: str
 
 
-def _squad_questions(paragraph: dict, where: str, v2: bool, labeled: bool) -> list[_Question]:
+SQUAD2_HINT = "use task 'squad' for SQuAD 2.0 data"
+
+
+def _squad_questions(paragraph: dict, where: str, v2: bool, labeled: bool,
+                     v2_hint: str) -> list[_Question]:
     questions = []
     for k, qa in enumerate(_require(paragraph, "qas", list, where)):
         qa_where = f"{where} qas[{k}]"
@@ -181,14 +185,15 @@ def _squad_questions(paragraph: dict, where: str, v2: bool, labeled: bool) -> li
                 raise QADataError(f"{qa_where}: is_impossible is false but 'answers' is empty")
         elif labeled and not answers:
             raise QADataError(f"{qa_where}: 'answers' is empty (SQuAD 1.1 questions all have "
-                              "answers; use task 'squad' for SQuAD 2.0 data)")
+                              f"answers; {v2_hint})")
         gold = [] if is_impossible else [a.text for a in answers]
         questions.append(_Question(qas_id, question, [] if is_impossible else answers, gold,
                                    is_impossible, qa_where))
     return questions
 
 
-def _mrqa_questions(line: dict, where: str, labeled: bool, v2: bool) -> list[_Question]:
+def _mrqa_questions(line: dict, where: str, labeled: bool, v2: bool,
+                    v2_hint: str | None) -> list[_Question]:
     questions = []
     for k, qa in enumerate(_require(line, "qas", list, where)):
         qa_where = f"{where} qas[{k}]"
@@ -205,7 +210,8 @@ def _mrqa_questions(line: dict, where: str, labeled: bool, v2: bool) -> list[_Qu
             flag = _require(qa, "is_impossible", bool, qa_where, optional=True)
             is_impossible = (not gold) if flag is None else flag
         if labeled and not gold and not is_impossible:
-            raise QADataError(f"{qa_where}: 'answers' is empty")
+            raise QADataError(f"{qa_where}: 'answers' is empty"
+                              + (f" ({v2_hint})" if v2_hint and not v2 else ""))
         answers = []
         detected = _require(qa, "detected_answers", list, qa_where, optional=True) or []
         for a, answer in enumerate(detected):
@@ -228,10 +234,12 @@ def _mrqa_questions(line: dict, where: str, labeled: bool, v2: bool) -> list[_Qu
 # -- readers ----------------------------------------------------------------------------------
 
 
-def iter_squad(path: str, v2: bool, labeled: bool) -> Iterator[tuple[str, list[_Question]]]:
-    """(context, questions) per paragraph of a SQuAD JSON file."""
+def iter_squad(path: str, v2: bool, labeled: bool, v2_hint: str = SQUAD2_HINT
+               ) -> Iterator[tuple[str, list[_Question]]]:
+    """(context, questions) per paragraph of a SQuAD JSON file; `v2_hint` says how to read
+    unanswerable questions when they are found in v1 data."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except UnicodeDecodeError as e:
         raise task_lib.not_utf8_error(path, e) from None
@@ -248,14 +256,15 @@ def iter_squad(path: str, v2: bool, labeled: bool) -> Iterator[tuple[str, list[_
         for j, paragraph in enumerate(_require(article, "paragraphs", list, where)):
             p_where = f"{where} paragraphs[{j}]"
             context = _require(paragraph, "context", str, p_where)
-            yield context, _squad_questions(paragraph, p_where, v2, labeled)
+            yield context, _squad_questions(paragraph, p_where, v2, labeled, v2_hint)
 
 
-def iter_mrqa(path: str, labeled: bool,
-              v2: bool = False) -> Iterator[tuple[str, list[_Question]]]:
+def iter_mrqa(path: str, labeled: bool, v2: bool = False,
+              v2_hint: str | None = None
+              ) -> Iterator[tuple[str, list[_Question]]]:
     """(context, questions) per line of an MRQA JSONL(.gz) file; the header line is skipped."""
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
+    with opener(path, "rt", encoding="utf-8-sig") as f:
         try:
             for number, line in enumerate(f, start=1):
                 if not line.strip():
@@ -268,7 +277,7 @@ def iter_mrqa(path: str, labeled: bool,
                 if isinstance(obj, dict) and "header" in obj:
                     continue
                 context = _require(obj, "context", str, where)
-                yield context, _mrqa_questions(obj, where, labeled, v2)
+                yield context, _mrqa_questions(obj, where, labeled, v2, v2_hint)
         except UnicodeDecodeError as e:
             raise task_lib.not_utf8_error(path, e) from None
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a cut-off or damaged download

@@ -70,14 +70,18 @@ class QATask(task_lib.Task):
     def is_labeled(split: str) -> bool:
         return not split.startswith("test")
 
+    def v2_hint(self) -> str | None:
+        """How to read unanswerable questions, for an error that finds them in v1 data."""
+        return None if self.is_mrqa else qa_data.SQUAD2_HINT
+
     def get_examples(self, split: str) -> list[qa_data.QAExample]:
         if split not in self._examples:
             path = self.split_path(split)
             labeled = self.is_labeled(split)
             if path.endswith(".json"):
-                paragraphs = qa_data.iter_squad(path, self.v2, labeled)
+                paragraphs = qa_data.iter_squad(path, self.v2, labeled, self.v2_hint())
             else:
-                paragraphs = qa_data.iter_mrqa(path, labeled, self.v2)
+                paragraphs = qa_data.iter_mrqa(path, labeled, self.v2, self.v2_hint())
             examples, report = qa_data.build_examples(
                 paragraphs, self.name, is_training=split == "train",
                 max_examples=self.max_examples(split))
@@ -252,6 +256,10 @@ class CustomQA(QATask):
 
     def split_path(self, split: str) -> str:
         return task_lib.spec_file(self.spec, split)
+
+    def v2_hint(self) -> str:
+        return (f"for data with unanswerable questions set \"version\": 2 "
+                f"({self.spec.where('version')})")
 
 
 class MRQATask(QATask):

@@ -82,13 +82,16 @@ def read_conll(path: str, word_column: int = 0, tag_column: int = 2,
         None accepts any line that holds both columns.
 
     Raises:
-      TaskDataError: a line with a wrong number of columns, naming the file and line.
+      TaskDataError: a line with a wrong number of columns (or another number than the first
+        token line: a word or tag holding a space), word and tag in the same column; naming the
+        file and line.
     """
     sentences: list[ConllSentence] = []
     current = ConllSentence(path, [], [], [])
     needed = max(c + 1 if c >= 0 else -c for c in (word_column, tag_column))
+    first_line, width = 0, 0  # the first token line and its column count
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             lines = f.readlines()
     except UnicodeDecodeError as e:
         raise task_lib.not_utf8_error(path, e) from None
@@ -110,6 +113,18 @@ def read_conll(path: str, word_column: int = 0, tag_column: int = 2,
                 f"{path}:{line_no}: expected at least {needed} whitespace-separated columns "
                 f"(word column {word_column}, tag column {tag_column}), found {len(fields)}: "
                 f"{line.rstrip()[:200]!r}")
+        if not width:
+            first_line, width = line_no, len(fields)
+            if word_column % width == tag_column % width:
+                raise task_lib.TaskDataError(
+                    f"{path}:{line_no}: word column {word_column} and tag column {tag_column} "
+                    f"are the same column of this line's {width}; the tags must be another "
+                    f"column than the words")
+        elif len(fields) != width:
+            raise task_lib.TaskDataError(
+                f"{path}:{line_no}: {len(fields)} whitespace-separated columns where line "
+                f"{first_line} has {width}: does a word or tag hold a space? Columns are split "
+                f"at any whitespace, so neither can: {line.rstrip()[:200]!r}")
         current.words.append(fields[word_column])
         current.tags.append(fields[tag_column])
         current.lines.append(line_no)
@@ -202,7 +217,8 @@ class TaggingTask(task_lib.Task):
 
     word_column = 0
     tag_column = 2
-    num_columns: int | None = 3  # every line's column count; None: any that holds both columns
+    # Every line's column count; None: any count that holds both columns, the same on every line.
+    num_columns: int | None = 3
     # True: O / B-, I- (E-, S-)<type> chunk tags; False: any tag strings; None: chunk tags when
     # every tag of the training file is one.
     span_tags: bool | None = True
@@ -223,6 +239,7 @@ class TaggingTask(task_lib.Task):
                          "chunk" if self.span_tags else "per-token")
             if not self.chunk_types:
                 self.chunk_types = self.types_in(train)
+        self._check_something_to_learn()
         if self.span_tags:
             self.label_list = bioes_label_list(self.chunk_types)
             self._valid_tags = {tagging_metrics.OUTSIDE} | {
@@ -231,6 +248,23 @@ class TaggingTask(task_lib.Task):
             self.label_list = sorted(self.chunk_types)
             self._valid_tags = set(self.label_list)
         self._label_ids = {label: i for i, label in enumerate(self.label_list)}
+
+    def _check_something_to_learn(self) -> None:
+        """One tag (every word O, or every word NN) teaches nothing: refused before training."""
+        if self.span_tags and self.chunk_types:
+            return
+        if not self.span_tags and len(self.chunk_types) >= 2:
+            return
+        path = self.split_path("train")
+        if not self._read_path(path, check=False):
+            raise task_lib.TaskDataError(f"{path}: no sentences to train on")
+        if self.span_tags:
+            raise task_lib.TaskDataError(
+                f"{path}: no chunk to learn: every tag is O (chunks are B-/I-<type> tags; for "
+                f"tags that are not chunks set \"encoding\": \"token\")")
+        found = f"every tag is {self.chunk_types[0]!r}" if self.chunk_types else "no tags"
+        raise task_lib.TaskDataError(f"{path}: {found}; a tagging task needs at least two tags "
+                                     f"to learn")
 
     def types_in(self, sentences: Sequence[ConllSentence]) -> list[str]:
         """The chunk types (span tags) or the tags of some sentences, sorted."""

@@ -342,6 +342,8 @@ def _decode_lines(stream, name: str, base: int = 0, limit: int | None = None,
                     f"{name} is not valid UTF-8 at byte offset {base + e.start} "
                     f"(bytes {bad!r}); convert it to UTF-8, remove it, or pass --skip-bad-files"
                 ) from None
+            if base == 0:  # a Windows editor's byte-order mark is not text
+                text = text.removeprefix("\ufeff")
             base += len(data)
             lines = text.split("\n")
             if lines[-1] == "":
