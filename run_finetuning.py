@@ -193,7 +193,10 @@ def run_trial(config, tasks, preprocessor, trial, strategy, keys) -> dict[str, A
 
 def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, Any] | None:
     """Runs every trial; returns the results summary (None without do_eval)."""
-    log.info("fine-tuning config:\n%s", config.to_json())
+    if console.verbose():
+        log.info("fine-tuning config:\n%s", config.to_json())
+    elif config.do_train:
+        log.info("config: each trial's %s (%s_<trial>/)", trainer.SETTINGS_FILE, config.model_dir)
     defaults = {name: default for name, _, default, _ in config.describe()}
     unused = [k for k in NO_EFFECT_HPARAMS if getattr(config, k) != defaults[k]]
     if unused:
