@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from model import modeling, tokenization
-from util import io_utils, task_spec
+from util import fs, io_utils, task_spec
 from util.distribution import STRATEGIES
 from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, HParamError,
                           HParams, OneOf, Range, hp)
@@ -223,11 +223,11 @@ class FinetuningConfig(HParams):
         read the text with other token ids than the model learned: refused, naming both."""
         if not self.init_checkpoint:
             return
-        directory = (self.init_checkpoint if os.path.isdir(self.init_checkpoint)
+        directory = (self.init_checkpoint if fs.isdir(self.init_checkpoint)
                      else os.path.dirname(self.init_checkpoint))
         model_vocab = tokenization.find_vocab_file(directory)
-        if (model_vocab is None or not os.path.isfile(self.vocab_file)
-                or os.path.samefile(model_vocab, self.vocab_file)):
+        if (model_vocab is None or not fs.isfile(self.vocab_file)
+                or fs.samefile(model_vocab, self.vocab_file)):
             return
         if io_utils.sha256_file(model_vocab) == io_utils.sha256_file(self.vocab_file):
             return
@@ -244,10 +244,10 @@ class FinetuningConfig(HParams):
         """bert_config.json next to the initial checkpoint (our model dirs write one), if any."""
         if not self.init_checkpoint:
             return None
-        directory = (self.init_checkpoint if os.path.isdir(self.init_checkpoint)
+        directory = (self.init_checkpoint if fs.isdir(self.init_checkpoint)
                      else os.path.dirname(self.init_checkpoint))
         path = os.path.join(directory, "bert_config.json")
-        return path if os.path.isfile(path) else None
+        return path if fs.isfile(path) else None
 
     def bert_config(self) -> modeling.BertConfig:
         """The encoder's architecture: the pre-trained model's bert_config.json when it has one

@@ -5,11 +5,11 @@ defaults, then the user's hparams, then what they imply (model size per Table 6 
 debug mode, paths), then the user's hparams again so they always win.
 """
 import dataclasses
-import glob
 import os
 from typing import Any
 
 from model import modeling, probing
+from util import fs
 from util.distribution import STRATEGIES
 from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, HParamError, HParams,
                           OneOf, Range, hp)
@@ -165,7 +165,7 @@ class PretrainingConfig(HParams):
         d = self.data_dir
         # A glob: the data dir's own [ ] * ? must match literally.
         self.pretrain_tfrecords = self.pretrain_tfrecords or os.path.join(
-            glob.escape(d), "pretrain_tfrecords", "pretrain_data.tfrecord*")
+            fs.escape(d), "pretrain_tfrecords", "pretrain_data.tfrecord*")
         self.vocab_file = self.vocab_file or os.path.join(d, "vocab.txt")
         self.model_dir = self.model_dir or os.path.join(d, "models", self.model_name)
         results_dir = os.path.join(self.model_dir, "results")
@@ -202,7 +202,7 @@ class PretrainingConfig(HParams):
         for task, path in self.probe_tasks.items():
             checks.append((task in probing.PROBE_TASKS, "probe_tasks",
                            f"entry {task!r} is not a probe (expected {list(probing.PROBE_TASKS)})"))
-            expected = os.path.isdir if task == "sst" else os.path.isfile
+            expected = fs.isdir if task == "sst" else fs.isfile
             kind = "SST-2 directory" if task == "sst" else "CoNLL-2000 file"
             checks.append((isinstance(path, str) and expected(path), "probe_tasks",
                            f"entry {task!r} must name an existing {kind}, not {path!r}"))

@@ -35,9 +35,10 @@ import contextlib
 import json
 import logging
 import os
-import shutil
+import struct
 import sys
 import tempfile
+import uuid
 
 from util import console  # first: keeps TensorFlow's start-up lines off the console
 
@@ -46,7 +47,7 @@ import numpy as np
 from model import hf_conversion as hf
 from model import model_dir as model_dir_lib
 from model import tokenization
-from util import checkpoint, io_utils
+from util import checkpoint, fs, io_utils
 
 log = logging.getLogger("export_model")
 
@@ -64,17 +65,16 @@ def check_output_apart(output: str, dirs: dict[str, str | None],
     path in `dirs`), or that contains a file it reads (`files`): replacing the output
     (--overwrite) would delete them, e.g. a model dir with its checkpoints, generator and
     fine-tuned models. Symlinks are resolved."""
-    out = os.path.realpath(output)
+    out = fs.realpath(output).rstrip("/")
     sources = [(flag, path, True) for flag, path in dirs.items()]
     sources += [(flag, path, False) for flag, path in (files or {}).items()]
     for flag, source, whole_dir in sources:
         if not source:
             continue
-        src = os.path.realpath(source)
-        common = os.path.commonpath([out, src])
-        if common == out:
+        src = fs.realpath(source).rstrip("/")
+        if src == out or src.startswith(out + "/"):
             relation = "is" if out == src else "contains"
-        elif common == src and whole_dir:
+        elif out.startswith(src + "/") and whole_dir:
             relation = "lies inside"
         else:
             continue
@@ -85,28 +85,57 @@ def check_output_apart(output: str, dirs: dict[str, str | None],
 
 @contextlib.contextmanager
 def atomic_output_dir(path: str, overwrite: bool = False):
-    """Yields a temporary directory beside `path`, renamed to `path` when the block succeeds."""
-    path = os.path.abspath(path)
-    if os.path.exists(path) and not os.path.isdir(path):
+    """Yields a temporary directory beside `path`, moved to `path` when the block succeeds.
+
+    On the local disk (and HDFS) the move is one rename: `path` is the old export or the new
+    one, never a mix. Object stores (gs://, s3://) cannot rename a directory: there the old
+    export is deleted and the files are moved one by one (each appears whole); a command killed
+    meanwhile leaves a partial `path` (re-run with --overwrite) and a `.<name>.tmp-*` directory.
+    """
+    path = fs.abspath(path).rstrip("/")
+    if fs.exists(path) and not fs.isdir(path):
         raise ValueError(f"output {path} is an existing file, not a directory; an export is a "
                          "directory: choose another --output")
-    if os.path.exists(path) and not overwrite:
+    if fs.exists(path) and not overwrite:
         raise ValueError(f"output {path} already exists; pass --overwrite to replace it")
     parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    fs.makedirs(parent)
+    tmp = _make_temp_dir(parent, f".{os.path.basename(path)}.tmp-")
     try:
         yield tmp
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        fs.rmtree(tmp)
         raise
-    if os.path.exists(path):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
-        os.replace(path, os.path.join(old, "x"))
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+    _replace_dir(tmp, path)
+
+
+def _make_temp_dir(parent: str, prefix: str) -> str:
+    if not fs.is_url(parent):
+        return tempfile.mkdtemp(prefix=prefix, dir=parent)
+    tmp = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
+    fs.makedirs(tmp)
+    return tmp
+
+
+def _replace_dir(tmp: str, path: str) -> None:
+    """Puts directory `tmp` in place of `path` (see atomic_output_dir for the promise)."""
+    if fs.is_url(path):
+        fs.rmtree(path)
+        for root, _, names in fs.walk(tmp):
+            target_dir = os.path.join(path, fs.relpath(root, tmp)) if root.rstrip("/") != \
+                tmp.rstrip("/") else path
+            fs.makedirs(target_dir)
+            for name in names:
+                fs.replace(os.path.join(root, name), os.path.join(target_dir, name))
+        fs.rmtree(tmp)
+    elif fs.exists(path):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-",
+                               dir=os.path.dirname(path))
+        fs.replace(path, os.path.join(old, "x"))
+        fs.replace(tmp, path)
+        fs.rmtree(old)
     else:
-        os.replace(tmp, path)
+        fs.replace(tmp, path)
 
 
 def _check_output_apart_from_model(output: str, md: model_dir_lib.ModelDir) -> None:
@@ -124,7 +153,7 @@ def _tokenizer_files(directory: str, vocab_file: str, do_lower_case: bool,
     if missing:
         raise ValueError(f"vocabulary {vocab_file} lacks {missing}; a Hugging Face "
                          "ElectraTokenizer needs the BERT special tokens")
-    shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
+    io_utils.copy_file(vocab_file, os.path.join(directory, "vocab.txt"))
     special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                "cls_token": "[CLS]", "mask_token": "[MASK]"}
     io_utils.write_json(os.path.join(directory, "tokenizer_config.json"), dict(
@@ -264,8 +293,10 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
                  "score (logits[..., 0] * scale + min_value)", score_range["min_value"],
                  score_range["scale"])
     with atomic_output_dir(output, overwrite) as tmp:
-        st_numpy.save_file({n: np.ascontiguousarray(v, np.float32) for n, v in weights.items()},
-                           os.path.join(tmp, SAFETENSORS_FILE), metadata=metadata)
+        data = st_numpy.save({n: np.ascontiguousarray(v, np.float32)
+                              for n, v in weights.items()}, metadata=metadata)
+        with io_utils.atomic_open(os.path.join(tmp, SAFETENSORS_FILE), "wb") as f:
+            f.write(data)
         io_utils.write_json(os.path.join(tmp, HF_CONFIG_FILE), values)
         if tokenizer:
             _tokenizer_files(tmp, md.vocab_file, md.do_lower_case,
@@ -299,16 +330,16 @@ def export_saved_model(md: model_dir_lib.ModelDir, output: str, overwrite: bool 
 
 def read_safetensors(directory: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """All tensors (numpy) and the metadata of model.safetensors (or its shards)."""
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError
     from safetensors import numpy as st_numpy
 
     index = os.path.join(directory, SAFETENSORS_INDEX)
-    if os.path.isfile(index):
+    if fs.isfile(index):
         files = sorted(set(io_utils.read_json(index).get("weight_map", {}).values()))
-    elif os.path.isfile(os.path.join(directory, SAFETENSORS_FILE)):
+    elif fs.isfile(os.path.join(directory, SAFETENSORS_FILE)):
         files = [SAFETENSORS_FILE]
     else:
-        present = sorted(os.listdir(directory))
+        present = sorted(fs.listdir(directory))
         hint = (" (pytorch_model.bin is a pickle, which this project never loads; re-save "
                 "with save_pretrained(..., safe_serialization=True))"
                 if "pytorch_model.bin" in present else "")
@@ -319,9 +350,9 @@ def read_safetensors(directory: str) -> tuple[dict[str, np.ndarray], dict[str, s
     for name in files:
         path = os.path.join(directory, name)
         try:
-            tensors.update(st_numpy.load_file(path))
-            with safe_open(path, framework="numpy") as f:
-                metadata.update(f.metadata() or {})
+            data = fs.read_bytes(path)  # from bytes: safetensors opens local files only
+            tensors.update(st_numpy.load(data))
+            metadata.update(_safetensors_metadata(data))
         except SafetensorError as e:  # a truncated or partial download, another format
             raise ValueError(f"{path} is damaged or not a safetensors file ({e}); download or "
                              "save it again") from None
@@ -331,9 +362,16 @@ def read_safetensors(directory: str) -> tuple[dict[str, np.ndarray], dict[str, s
     return tensors, metadata
 
 
+def _safetensors_metadata(data: bytes) -> dict[str, str]:
+    """The "__metadata__" of a safetensors file (after load() has checked its header):
+    a little-endian u64 header size, then the header as JSON."""
+    size = struct.unpack("<Q", data[:8])[0]
+    return json.loads(data[8:8 + size]).get("__metadata__") or {}
+
+
 def _read_hf_dir(directory: str):
     config_file = os.path.join(directory, HF_CONFIG_FILE)
-    if not os.path.isfile(config_file):
+    if not fs.isfile(config_file):
         raise ValueError(f"{directory} has no {HF_CONFIG_FILE}")
     values = io_utils.read_json(config_file)
     architectures = values.get("architectures") or []
@@ -406,8 +444,8 @@ def import_huggingface(hf_dir: str, output: str, generator_dir: str | None = Non
         if gen_config is not None:
             io_utils.write_text(os.path.join(tmp, model_dir_lib.GENERATOR_CONFIG_FILE),
                                 gen_config.to_json_string() + "\n")
-        if os.path.isfile(vocab):
-            shutil.copyfile(vocab, os.path.join(tmp, model_dir_lib.VOCAB_FILE))
+        if fs.isfile(vocab):
+            io_utils.copy_file(vocab, os.path.join(tmp, model_dir_lib.VOCAB_FILE))
         else:
             notes.append(f"no vocab.txt in {hf_dir}: copy the WordPiece vocabulary into the "
                          "model dir before fine-tuning")

@@ -14,7 +14,6 @@ Ctrl-C stops the running trial at the next step boundary with a checkpoint at th
 exits 75 (0 done, 2 bad input, 3 diverged).
 """
 import argparse
-import glob
 import logging
 import os
 import sys
@@ -32,6 +31,7 @@ from finetune import task_builder
 from finetune import trainer
 from util import checkpoint
 from util import distribution
+from util import fs
 from util import io_utils
 from util import preemption
 from util import record_check
@@ -122,7 +122,7 @@ def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: in
     (logging what changed: the trial is then re-evaluated, or refused or retrained by
     trainer.ModelRunner.check_settings when it was trained on something else)."""
     path = os.path.join(trainer.trial_dir(config, trial), trainer.RESULTS_FILE)
-    if not config.do_train or not os.path.exists(path):
+    if not config.do_train or not fs.exists(path):
         return None
     record = io_utils.read_json(path)
     if not record.get("train_steps") or record.get("global_step", -1) < record["train_steps"]:
@@ -149,8 +149,8 @@ def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: in
 
 
 def _remove_checkpoints(directory: str) -> None:
-    for path in glob.glob(os.path.join(glob.escape(directory), "model.ckpt-*")):
-        os.remove(path)
+    for path in fs.glob(os.path.join(fs.escape(directory), "model.ckpt-*")):
+        fs.remove(path)
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
             task.get_examples(split)
     preprocessor = preprocessing.Preprocessor(config, tasks)
     keys = trial_keys(config, tasks, preprocessor)
-    lock_dir, lock_name = os.path.split(os.path.abspath(config.model_dir))
+    lock_dir, lock_name = os.path.split(fs.abspath(config.model_dir).rstrip("/"))
     summary = None
     with training_utils.RunLock(lock_dir, filename=f".{lock_name}.lock"):
         records = []
@@ -231,8 +231,8 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
                 record = run_trial(config, tasks, preprocessor, trial, strategy, keys)
             except tf.errors.DataLossError as e:
                 # A damaged feature cache would fail every re-run the same way: name it.
-                caches = glob.glob(os.path.join(glob.escape(config.preprocessed_data_dir),
-                                                "*.tfrecord"))
+                caches = fs.glob(os.path.join(fs.escape(config.preprocessed_data_dir),
+                                              "*.tfrecord"))
                 raise record_check.damaged_file_error(
                     caches, e, "feature cache file", "; it is derived data: delete it and "
                     "re-run to rebuild it from the task files") from None

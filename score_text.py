@@ -52,9 +52,9 @@ def encode(tokenizer, text: str, max_length: int) -> list[int]:
 
 def build_scorer(md: model_dir_lib.ModelDir, need_generator: bool) -> scoring.ReplacedTokenScorer:
     """The discriminator (and generator) of `md`, weights restored."""
-    import tensorflow as tf
+    from util import checkpoint
 
-    names = {n for n, _ in tf.train.list_variables(md.checkpoint)}
+    names = set(checkpoint.load(md.checkpoint).get_variable_to_shape_map())
     if "discriminator_predictions/dense_1/kernel" not in names:
         raise ValueError(f"{md.checkpoint} has no discriminator head (discriminator_predictions/); "
                          "score_text needs a pre-trained ELECTRA discriminator")

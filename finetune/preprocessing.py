@@ -29,6 +29,7 @@ import tensorflow as tf
 import configure_finetuning
 from finetune import feature_spec
 from finetune import task as task_lib
+from util import fs
 from util import io_utils
 from util import preemption
 from util import task_spec
@@ -43,8 +44,8 @@ SHUFFLE_BUFFER = 10000
 
 def file_sha256(path: str) -> str:
     """Content hash of a file, remembered per (path, inode, size, mtime) within a process."""
-    st = os.stat(path)
-    return _sha256_of_version(os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    version = fs.version(path)
+    return io_utils.sha256_file(path) if version is None else _sha256_of_version(*version)
 
 
 @functools.lru_cache(maxsize=64)
@@ -150,7 +151,7 @@ class Preprocessor:
                              for t in tasks
                              if isinstance(c.custom_tasks, dict) and t.name in c.custom_tasks},
             "max_examples": {t.name: t.max_examples(split) for t in tasks},
-            "vocab_sha256": file_sha256(c.vocab_file) if c.vocab_file and os.path.isfile(
+            "vocab_sha256": file_sha256(c.vocab_file) if c.vocab_file and fs.isfile(
                 c.vocab_file) else None,
             # The data itself, not just the settings: an edited train.tsv is featurized anew.
             "data_sha256": {t.name: {os.path.basename(f): io_utils.sha256_file(f)
@@ -175,8 +176,8 @@ class Preprocessor:
         prefix = os.path.join(self._config.preprocessed_data_dir, name)
         record_path, metadata_path = prefix + ".tfrecord", prefix + ".metadata.json"
         batch_size = self._batch_size(split, is_training)
-        if self._config.use_tfrecords_if_existing and os.path.exists(metadata_path) and \
-                os.path.exists(record_path):
+        if self._config.use_tfrecords_if_existing and fs.exists(metadata_path) and \
+                fs.exists(record_path):
             metadata = io_utils.read_json(metadata_path)
             if metadata.get("key") == key:
                 log.info("using cached features %s (%d examples)", record_path,
@@ -203,7 +204,7 @@ class Preprocessor:
 
     def _write(self, examples: Iterable[task_lib.Example], is_training: bool, path: str,
                batch_size: int) -> tuple[int, int]:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fs.makedirs(os.path.dirname(fs.abspath(path)))
         tmp_path = f"{path}.tmp-{os.getpid()}"
         n = 0
         try:
@@ -223,10 +224,10 @@ class Preprocessor:
                 while n % batch_size:
                     writer.write(padding.SerializeToString())
                     n += 1
-            os.replace(tmp_path, path)
+            fs.replace(tmp_path, path)
         except BaseException:
-            if os.path.exists(tmp_path):
-                os.remove(tmp_path)
+            if fs.exists(tmp_path):
+                fs.remove(tmp_path)
             raise
         return n, n_real
 

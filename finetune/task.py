@@ -24,7 +24,6 @@ official multi-task design).
 """
 import abc
 import dataclasses
-import gzip
 import os
 from typing import Any, Sequence
 
@@ -33,6 +32,7 @@ from finetune import feature_spec
 from finetune import heads
 from finetune import scorer as scorer_lib
 from model import modeling
+from util import fs
 
 # Rows read per split in debug mode unless max_*_examples says otherwise (the official release
 # reads 100 lines per file in debug mode).
@@ -50,8 +50,7 @@ def not_utf8_error(path: str, error: UnicodeDecodeError) -> TaskDataError:
     """A TaskDataError naming the file, line and byte offset of the first invalid UTF-8 byte
     (the decoder's own error names neither the file nor the line)."""
     try:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rb") as f:
+        with fs.open_maybe_gzip(path, "rb") as f:
             raw = f.read()
         if raw.startswith(GZIP_MAGIC):
             return TaskDataError(f"{path}: gzip-compressed data, read as text; decompress it "
@@ -71,7 +70,7 @@ def spec_file(spec, split: str) -> str:
     if split not in spec.files:
         raise TaskDataError(f"{spec.where()} names no {split} file")
     path = spec.files[split]
-    if not os.path.isfile(path):
+    if not fs.isfile(path):
         raise TaskDataError(f"{spec.where(split)}: file {path} not found")
     return path
 
@@ -105,7 +104,7 @@ class Task(abc.ABC):
         candidates = [self.config.task_data_dir(self.name)]
         candidates += [self.config.task_data_dir(alt) for alt in self.alt_dir_names]
         for path in candidates:
-            if os.path.isdir(path):
+            if fs.isdir(path):
                 return path
         raise TaskDataError(
             f"task {self.name!r}: data directory not found; looked for "
@@ -115,8 +114,8 @@ class Task(abc.ABC):
         """Path of `filename` in the task's data directory; a clear error when it is missing."""
         directory = self.data_dir()
         path = os.path.join(directory, filename)
-        if not os.path.isfile(path):
-            present = sorted(os.listdir(directory))
+        if not fs.isfile(path):
+            present = sorted(fs.listdir(directory))
             raise TaskDataError(
                 f"task {self.name!r}: expected file {path} (directory has: "
                 f"{', '.join(present) if present else 'nothing'})")
@@ -126,8 +125,8 @@ class Task(abc.ABC):
         """The files get_examples(split) reads: their content is part of the feature-cache key.
         Default: every file of the data directory (a task that knows better overrides it)."""
         directory = self.data_dir()
-        return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
-                if not n.startswith(".") and os.path.isfile(os.path.join(directory, n))]
+        return [os.path.join(directory, n) for n in sorted(fs.listdir(directory))
+                if not n.startswith(".") and fs.isfile(os.path.join(directory, n))]
 
     def max_examples(self, split: str) -> int | None:
         """How many examples of `split` to read: max_train_examples / max_eval_examples / all."""

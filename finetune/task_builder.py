@@ -8,11 +8,11 @@ code: their family's class in CUSTOM is constructed as Class(config, tokenizer, 
 """
 import importlib
 import logging
-import os
 
 import configure_finetuning
 from finetune import task as task_lib
 from model import tokenization
+from util import fs
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def build_tokenizer(config: configure_finetuning.FinetuningConfig):
       ValueError: the vocabulary file is missing or larger than the model's vocab_size.
     """
     path = config.vocab_file
-    if not path or not os.path.isfile(path):
+    if not path or not fs.isfile(path):
         raise ValueError(f"vocabulary file {path} not found (hparam vocab_file; by default "
                          "<data_dir>/models/<model_name>/vocab.txt, else <data_dir>/vocab.txt)")
     if path.endswith(".model"):

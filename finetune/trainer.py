@@ -27,6 +27,7 @@ from finetune import task as task_lib
 from model import optimization
 from util import checkpoint
 from util import distribution
+from util import fs
 from util import io_utils
 from util import preemption
 from util import resume
@@ -138,7 +139,7 @@ class ModelRunner:
     def check_settings(self) -> None:
         """Refuses to resume a trial directory that was trained with other settings."""
         path = os.path.join(self.model_dir, SETTINGS_FILE)
-        if not os.path.exists(path) or self.manager.latest() is None:
+        if not fs.exists(path) or self.manager.latest() is None:
             return
         record = io_utils.read_json(path)
         saved = without_eval_only_keys(record.get("training_settings", {}))
@@ -167,7 +168,7 @@ class ModelRunner:
         if latest is not None:
             variables = self._state_variables()
             checkpoint.restore(variables, latest, allow_missing=self.optimizer is None)
-            reader = tf.train.load_checkpoint(latest)
+            reader = checkpoint.load(latest)
             if reader.has_tensor("global_step"):
                 self._restored_step = int(reader.get_tensor("global_step"))
             log.info("trial %d: resumed from %s (step %d)", self.trial, latest, self.global_step)
@@ -191,9 +192,7 @@ class ModelRunner:
             # labels), so predict.py and exports need nothing else.
             vocab = self.config.vocab_file
             name = "spm.model" if vocab.endswith(".model") else "vocab.txt"
-            with open(vocab, "rb") as f, io_utils.atomic_open(
-                    os.path.join(self.model_dir, name), "wb", encoding=None) as out:
-                out.write(f.read())
+            io_utils.copy_file(vocab, os.path.join(self.model_dir, name))
         return source
 
     def save(self) -> str | None:

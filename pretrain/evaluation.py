@@ -16,7 +16,7 @@ from configure_pretraining import PretrainingConfig
 from model import probing, tokenization
 from pretrain import health, input_pipeline
 from pretrain.trainer import Trainer
-from util import io_utils, record_check
+from util import fs, io_utils, record_check
 from util import training_utils as tu
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def _history_path(config: PretrainingConfig) -> str:
 def read_history(config: PretrainingConfig) -> list[dict]:
     """Every recorded eval of the run, oldest first."""
     path = _history_path(config)
-    return io_utils.read_json(path) if os.path.exists(path) else []
+    return io_utils.read_json(path) if fs.exists(path) else []
 
 
 def write_eval(config: PretrainingConfig, metrics: dict, step: int,
@@ -101,7 +101,7 @@ def write_eval(config: PretrainingConfig, metrics: dict, step: int,
 
 def has_eval(config: PretrainingConfig, step: int) -> bool:
     history_path = _history_path(config)
-    if not os.path.exists(history_path):
+    if not fs.exists(history_path):
         return False
     return any(h.get("global_step") == step for h in io_utils.read_json(history_path))
 

@@ -22,7 +22,6 @@ Held-out data. Shards listed under "eval_files" in the metadata.json beside the 
 (written by build_pretraining_dataset.py), or those matched by `eval_tfrecords`, are excluded from
 training; evaluation reads them in a fixed order.
 """
-import glob
 import json
 import math
 import os
@@ -31,7 +30,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from pretrain import pretrain_data
-from util import record_check
+from util import fs, record_check
 
 POSITION_KEY = "input_position"
 START = (0, -1)  # position "before the first record"
@@ -47,12 +46,12 @@ def _glob_patterns(patterns: str, what: str) -> list[str]:
     matches as a whole is taken as one (a path with a comma in it). Refuses files that are not
     TFRecords (a catch-all glob that also takes metadata.json)."""
     files = []
-    parts = [patterns] if glob.glob(patterns) else patterns.split(",")
+    parts = [patterns] if fs.glob(patterns) else patterns.split(",")
     for pattern in parts:
         pattern = pattern.strip()
         if pattern:
-            files.extend(p for p in glob.glob(pattern) if os.path.isfile(p))
-    files = sorted({os.path.abspath(f) for f in files})
+            files.extend(p for p in fs.glob(pattern) if fs.isfile(p))
+    files = sorted({fs.abspath(f) for f in files})
     foreign = record_check.not_tfrecord_files(files)
     if foreign:
         shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
@@ -66,17 +65,17 @@ def _metadata_eval_files(train_files: list[str]) -> list[str]:
     held_out = []
     for directory in sorted({os.path.dirname(f) for f in train_files}):
         path = os.path.join(directory, pretrain_data.METADATA_FILE)
-        if not os.path.isfile(path):
+        if not fs.isfile(path):
             continue
         try:
-            with open(path, encoding="utf-8") as f:
+            with fs.open(path, encoding="utf-8") as f:
                 metadata = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
         names = metadata.get("eval_files", []) if isinstance(metadata, dict) else None
         if not isinstance(names, list):
             raise ValueError(f"{path}: 'eval_files' must be a list of shard names")
-        held_out += [os.path.abspath(os.path.join(directory, n)) for n in names]
+        held_out += [fs.abspath(os.path.join(directory, n)) for n in names]
     return held_out
 
 
@@ -86,14 +85,14 @@ def find_files(pretrain_tfrecords: str, eval_tfrecords: str | None = None) -> Da
     if eval_tfrecords:
         held_out = _glob_patterns(eval_tfrecords, "eval_tfrecords")
     else:
-        held_out = [f for f in _metadata_eval_files(matched) if os.path.isfile(f)]
+        held_out = [f for f in _metadata_eval_files(matched) if fs.isfile(f)]
     held = set(held_out)
     train = [f for f in matched if f not in held]
     if not train:
         why = "no file matches it" if not matched else "every match is a held-out eval shard"
         raise ValueError(f"no training data: hparam pretrain_tfrecords={pretrain_tfrecords!r} "
                          f"({why}); build data with build_pretraining_dataset.py")
-    if not any(os.path.getsize(f) > 0 for f in train):
+    if not any(fs.getsize(f) > 0 for f in train):
         raise ValueError(f"every training shard matching {pretrain_tfrecords!r} is empty")
     return DataFiles(train, sorted(held))
 

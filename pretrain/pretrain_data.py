@@ -22,6 +22,8 @@ import json
 import os
 from typing import Sequence
 
+from util import fs
+
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
 SHARD_PREFIX = "pretrain_data.tfrecord"
 METADATA_FILE = "metadata.json"
@@ -181,10 +183,10 @@ def parse_pretrain_examples(serialized, max_seq_length: int) -> dict:
 def read_metadata(data_dir: str) -> dict:
     """The metadata.json of a dataset directory written by build_pretraining_dataset.py."""
     path = os.path.join(data_dir, METADATA_FILE)
-    if not os.path.isfile(path):
+    if not fs.isfile(path):
         raise ValueError(f"{path} does not exist; build the dataset with build_pretraining_dataset.py "
                          f"or point to the directory that holds the shards")
-    with open(path, encoding="utf-8") as f:
+    with fs.open(path, encoding="utf-8") as f:
         try:
             metadata = json.load(f)
         except json.JSONDecodeError as e:

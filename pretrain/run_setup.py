@@ -10,10 +10,8 @@ initialised.
 - `prepare_model_dir`: the files beside the checkpoints (resolved config, architecture configs,
   a copy of the vocabulary).
 """
-import filecmp
 import logging
 import os
-import shutil
 
 import tensorflow as tf
 
@@ -23,7 +21,7 @@ from model import tokenization
 from pretrain import evaluation, input_pipeline, pretrain_data
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
-from util import checkpoint, io_utils, record_check, resume
+from util import checkpoint, fs, io_utils, record_check, resume
 from util import training_utils as tu
 from util.hparams import HParamError
 
@@ -71,7 +69,7 @@ def _refuse_missing_vocab(config: PretrainingConfig) -> None:
     metadata_path = os.path.join(os.path.dirname(config.pretrain_tfrecords),
                                  pretrain_data.METADATA_FILE)
     built = None
-    if os.path.isfile(metadata_path):
+    if fs.isfile(metadata_path):
         try:
             metadata = io_utils.read_json(metadata_path)
         except ValueError:
@@ -86,7 +84,7 @@ def _refuse_missing_vocab(config: PretrainingConfig) -> None:
 
 def load_special_ids(config: PretrainingConfig) -> SpecialIds:
     """Special token ids from the vocab file; its size must equal hparam vocab_size."""
-    if not os.path.exists(config.vocab_file):
+    if not fs.exists(config.vocab_file):
         _refuse_missing_vocab(config)
     vocab = tokenization.load_vocab(config.vocab_file)
     if len(vocab) != config.vocab_size:
@@ -101,7 +99,7 @@ def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFile
     deep inside tf.data, or index past the embedding table), naming the file that says so."""
     directory = os.path.dirname(files.train[0])
     metadata_path = os.path.join(directory, "metadata.json")
-    if os.path.isfile(metadata_path):
+    if fs.isfile(metadata_path):
         metadata = io_utils.read_json(metadata_path)
         built_sha = metadata.get("vocab_sha256")
         # Same size is not enough: another vocabulary gives the ids other meanings.
@@ -122,12 +120,12 @@ def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFile
         for path in (files.train + files.eval) if isinstance(sizes, dict) else ():
             expected = sizes.get(os.path.basename(path)) if os.path.dirname(path) == directory \
                 else None
-            if isinstance(expected, int) and os.path.getsize(path) != expected:
+            if isinstance(expected, int) and fs.getsize(path) != expected:
                 raise record_check.DamagedRecordFileError(
-                    f"pre-training tfrecord file {path} has {os.path.getsize(path)} bytes but "
+                    f"pre-training tfrecord file {path} has {fs.getsize(path)} bytes but "
                     f"the build wrote {expected} ({metadata_path}): a truncated or partial copy; "
                     "copy it again or rebuild the data")
-    first = next((f for f in files.train if os.path.getsize(f) > 0), None)
+    first = next((f for f in files.train if fs.getsize(f) > 0), None)
     for record in tf.data.TFRecordDataset(first).take(1):
         example = tf.train.Example.FromString(record.numpy())
         length = len(example.features.feature["input_ids"].int64_list.value)
@@ -159,10 +157,10 @@ def check_resume_vocab(config: PretrainingConfig) -> None:
     checkpoints were trained with), even of the same size: it would be overwritten and the
     checkpoints left beside a vocabulary they never saw."""
     saved = tokenization.find_vocab_file(config.model_dir)
-    if saved is None or os.path.abspath(saved) == os.path.abspath(config.vocab_file):
+    if saved is None or fs.abspath(saved) == fs.abspath(config.vocab_file):
         return
-    if os.path.basename(saved) != os.path.basename(_vocab_copy_path(config)) or not filecmp.cmp(
-            saved, config.vocab_file, shallow=False):
+    if os.path.basename(saved) != os.path.basename(_vocab_copy_path(config)) or \
+            not fs.same_content(saved, config.vocab_file):
         raise IncompatibleResumeError(
             f"model dir {config.model_dir} holds checkpoints trained with vocabulary {saved}, "
             f"but vocab_file is {config.vocab_file}, a different one. Resume with "
@@ -185,18 +183,17 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
         io_utils.write_text(os.path.join(d, model_dir_lib.GENERATOR_CONFIG_FILE),
                             trainer.model.generator_config.to_json_string() + "\n")
     vocab_copy = _vocab_copy_path(config)
-    if os.path.abspath(vocab_copy) != os.path.abspath(config.vocab_file) and not (
-            os.path.exists(vocab_copy) and filecmp.cmp(vocab_copy, config.vocab_file, False)):
-        with open(config.vocab_file, "rb") as src, io_utils.atomic_open(vocab_copy, "wb") as dst:
-            shutil.copyfileobj(src, dst)
+    if fs.abspath(vocab_copy) != fs.abspath(config.vocab_file) and not (
+            fs.exists(vocab_copy) and fs.same_content(vocab_copy, config.vocab_file)):
+        io_utils.copy_file(config.vocab_file, vocab_copy)
 
 
 def check_init_is_not_finetuned(path: str) -> None:
     """Refuses a fine-tuning trial as init_checkpoint by name (it used to be reported only as
     a list of missing variables: it has task heads but no generator or discriminator head)."""
-    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    directory = path if fs.isdir(path) else os.path.dirname(path)
     trial_config = os.path.join(directory, model_dir_lib.FINETUNE_CONFIG_FILE)
-    if not os.path.isfile(trial_config):
+    if not fs.isfile(trial_config):
         return
     settings = io_utils.read_json(trial_config).get("training_settings") or {}
     source = settings.get("init_checkpoint") if isinstance(settings, dict) else None
@@ -211,11 +208,11 @@ def restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
     """Resumes from the model dir's newest readable checkpoint, else applies init_checkpoint;
     returns what it did, for the log."""
     latest = (checkpoint.latest_valid(config.model_dir, strict=True)
-              if os.path.isdir(config.model_dir) else None)
+              if fs.isdir(config.model_dir) else None)
     saved_config = os.path.join(config.model_dir, model_dir_lib.PRETRAIN_CONFIG_FILE)
     if latest is not None:
         check_resume_vocab(config)
-        if os.path.exists(saved_config):
+        if fs.exists(saved_config):
             changed = check_resume_compatible(config, saved_config)
             if changed:
                 log.warning("resuming with changed hparams: %s", "; ".join(changed))

@@ -119,7 +119,7 @@ class Trainer:
             raise ValueError(f"init_checkpoint {report.path} shares no variable name with the "
                              "model (is it an ELECTRA/BERT checkpoint?)")
         if keep_step:
-            reader = tf.train.load_checkpoint(report.path)
+            reader = checkpoint.load(report.path)
             if reader.has_tensor("global_step"):
                 self.optimizer.global_step.assign(int(reader.get_tensor("global_step")))
         return report

@@ -259,6 +259,30 @@ def test_deterministic_across_runs_and_process_counts(tmp_path, vocab_file):
                for n in one["shards"])
 
 
+def test_worker_processes_read_and_write_through_urls(tmp_path, vocab_file, monkeypatch):
+    """A corpus in a bucket and shards written to one, by --num-processes 2: file:// URLs go
+    through tf.io.gfile (Python's os cannot open them) and, unlike ram://, are shared between
+    processes. The shards are the bytes a local build writes, and nothing lands in the working
+    directory (a `file:` directory there would mean a path was taken for a local one)."""
+    make_corpus(tmp_path / "corpus", num_files=4, docs_per_file=12)
+    with gzip.open(tmp_path / "corpus" / "more.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("\n".join(make_corpus(tmp_path / "scratch", num_files=1, seed=3)))
+    # One process here: the shards do not depend on the process count (tested above).
+    local = build(tmp_path / "corpus", tmp_path / "local", vocab_file, num_out_files=3, seed=7)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    url = lambda p: "file://" + str(p)
+    remote = build(url(tmp_path / "corpus"), url(tmp_path / "bucket" / "out"), url(vocab_file),
+                   num_out_files=3, seed=7, num_processes=2)
+    assert os.listdir(cwd) == []
+    assert remote["shards"] == local["shards"] and remote["corpus"]["dir"].startswith("file://")
+    for name in local["shards"]:
+        assert (tmp_path / "bucket" / "out" / name).read_bytes() == \
+            (tmp_path / "local" / name).read_bytes()
+    assert not [n for n in os.listdir(tmp_path / "bucket" / "out") if ".tmp" in n]
+
+
 def test_eval_split_holds_out_whole_documents(tmp_path, vocab_file):
     corpus_dir = tmp_path / "corpus"
     corpus_dir.mkdir()

@@ -171,8 +171,7 @@ def _step_of(prefix: str) -> int:
 def resolve(path: str) -> str:
     """A checkpoint prefix from a prefix or a directory (its newest readable checkpoint)."""
     check_path(path)
-    # A prefix first: on ram:// a prefix of existing files also answers as a directory.
-    if not fs.exists(path + ".index") and fs.isdir(path):
+    if fs.isdir(path):
         prefix = latest_valid(path)
         if prefix is None:
             raise FileNotFoundError(f"no readable checkpoint in directory {path}")

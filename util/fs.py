@@ -66,7 +66,12 @@ def _listed_in_parent(path: str) -> bool:
 def isdir(path: str) -> bool:
     if not is_url(path):
         return os.path.isdir(path)
-    return _gfile.isdir(path) and _listed_in_parent(path)
+    if not _gfile.isdir(path):
+        return False
+    try:
+        return _listed_in_parent(path) or bool(_gfile.glob(path.rstrip("/") + "/*"))
+    except tf.errors.OpError:
+        return False
 
 
 def isfile(path: str) -> bool:
@@ -88,6 +93,15 @@ def getsize(path: str) -> int:
     if not is_url(path):
         return os.path.getsize(path)
     return _stat(path).length
+
+
+def version(path: str) -> tuple | None:
+    """(path, inode, size, mtime in ns) of a local file: changes whenever its content may have;
+    None for a URL (stores such as ram:// keep no modification time)."""
+    if is_url(path):
+        return None
+    st = os.stat(path)
+    return os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def getmtime(path: str) -> float:
@@ -199,16 +213,32 @@ def abspath(path: str) -> str:
 
 
 def resolve_relative(base: str, path: str) -> str:
-    """`path` (~ expanded) taken relative to directory `base` unless absolute or a URL."""
+    """`path` (~ expanded) taken relative to directory `base` (absolute, or a URL) unless it is
+    absolute or a URL itself."""
     path = os.path.expanduser(path)
     if is_url(path) or os.path.isabs(path):
         return path
-    return os.path.join(base, path) if is_url(base) else os.path.abspath(os.path.join(base, path))
+    return os.path.join(base, path)
 
 
 def realpath(path: str) -> str:
     """Local path with symlinks resolved; a URL unchanged (object stores have no links)."""
     return path if is_url(path) else os.path.realpath(path)
+
+
+def relpath(path: str, start: str) -> str:
+    """`path` relative to directory `start` (a URL: the part after `start/`)."""
+    if not is_url(path):
+        return os.path.relpath(path, start)
+    start = start.rstrip("/") + "/"
+    return path[len(start):] if path.startswith(start) else path
+
+
+def broken_link_target(path: str) -> str | None:
+    """Where `path` points if it is a symbolic link to nothing (object stores have no links)."""
+    if is_url(path) or not os.path.islink(path) or os.path.exists(path):
+        return None
+    return os.readlink(path)
 
 
 def samefile(a: str, b: str) -> bool:
@@ -217,9 +247,31 @@ def samefile(a: str, b: str) -> bool:
     return abspath(a) == abspath(b)
 
 
+def same_content(a: str, b: str) -> bool:
+    """Whether two files hold the same bytes."""
+    if not is_url(a) and not is_url(b):
+        import filecmp
+        return filecmp.cmp(a, b, shallow=False)
+    return getsize(a) == getsize(b) and read_bytes(a) == read_bytes(b)
+
+
 def read_bytes(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def open_maybe_gzip(path: str, mode: str = "r", encoding: str | None = "utf-8",
+                    newline: str | None = None) -> IO[Any]:
+    """open() for reading, decompressing a file whose name ends in .gz."""
+    if not path.endswith(".gz"):
+        return open(path, mode, encoding=encoding, newline=newline)
+    import gzip
+    raw = open(path, "rb")
+    stream = gzip.GzipFile(fileobj=raw, mode="rb")
+    stream.myfileobj = raw  # closed with the GzipFile, as when gzip opens the file itself
+    if "b" in mode:
+        return stream
+    return io.TextIOWrapper(stream, encoding=encoding, newline=newline)
 
 
 class _GFileRaw(io.RawIOBase):
@@ -236,6 +288,18 @@ class _GFileRaw(io.RawIOBase):
         data = self._f.read(len(buffer))
         buffer[:len(data)] = data
         return len(data)
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == io.SEEK_END:
+            offset, whence = self._f.size() + offset, io.SEEK_SET
+        self._f.seek(offset, whence)
+        return self._f.tell()
+
+    def tell(self) -> int:
+        return self._f.tell()
 
     def close(self) -> None:
         if not self.closed:
@@ -266,20 +330,21 @@ def open(path: str, mode: str = "r", encoding: str | None = "utf-8",  # noqa: A0
             raise FileNotFoundError(f"No such file: {path}") from None
         stream = io.BufferedReader(raw, buffer_size=1 << 20)
         return stream if binary else io.TextIOWrapper(stream, encoding=encoding, newline=newline)
-    gfile_mode = mode.replace("t", "")
-    gfile_mode = gfile_mode if binary else gfile_mode.replace("b", "") + "b"
+    gfile_mode = mode.replace("t", "").replace("b", "") + "b"
+    # The parent is made first, as on a local disk: a bucket lists a directory from its
+    # objects' names, but ram:// (and HDFS) only directories made as such.
+    makedirs(posixpath.dirname(path))
     try:
-        stream = _gfile.GFile(path, gfile_mode)
+        stream = io.BufferedWriter(_GFileWriterRaw(_gfile.GFile(path, gfile_mode)), 1 << 20)
     except tf.errors.OpError as e:
         raise OSError(f"cannot open {path} for writing: {e.message}") from None
-    if binary:
-        return stream
-    return io.TextIOWrapper(_BufferedGFileWriter(stream), encoding=encoding, newline=newline,
-                            write_through=False)
+    return stream if binary else io.TextIOWrapper(stream, encoding=encoding, newline=newline)
 
 
-class _BufferedGFileWriter(io.RawIOBase):
-    """Lets io.TextIOWrapper write text through a binary gfile stream."""
+class _GFileWriterRaw(io.RawIOBase):
+    """A gfile stream as a raw binary file for io.BufferedWriter. flush() hands bytes to
+    TensorFlow without asking the store to persist them: on some stores (GCS) a gfile flush
+    uploads the whole object so far; close() writes it once."""
 
     def __init__(self, gfile: Any):
         self._f = gfile
@@ -291,11 +356,11 @@ class _BufferedGFileWriter(io.RawIOBase):
         self._f.write(bytes(data))
         return len(data)
 
-    def flush(self) -> None:
-        if not self.closed:
-            self._f.flush()
-
     def close(self) -> None:
         if not self.closed:
-            self._f.close()
-        super().close()
+            try:
+                self._f.close()
+            except tf.errors.OpError as e:
+                raise OSError(f"cannot write {self._f.name}: {e.message}") from None
+            finally:
+                super().close()

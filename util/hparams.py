@@ -10,7 +10,6 @@ import dataclasses
 import difflib
 import json
 import math
-import os
 import typing
 from typing import Any, Mapping, TypeVar
 

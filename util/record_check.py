@@ -5,7 +5,6 @@ TFRecordDataset reports a damaged file as "corrupted record at <offset>" (a CRC 
 surfaces far from the reader. `locate_damage` re-reads the candidate files one by one to find it;
 it runs only after such an error, so healthy runs never pay for it.
 """
-import os
 import re
 import struct
 

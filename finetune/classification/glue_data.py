@@ -9,6 +9,7 @@ import dataclasses
 from typing import Iterator
 
 from finetune import task as task_lib
+from util import fs
 
 TAB = "\t"
 
@@ -51,7 +52,7 @@ class Row:
 
 def iter_tsv_lines(path: str) -> Iterator[tuple[int, list[str]]]:
     """(1-based line number, fields) for every non-empty line of a TSV file."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with fs.open(path, encoding="utf-8-sig", newline="") as f:
         try:
             for line_no, line in enumerate(f, start=1):
                 line = line.rstrip("\r\n")

@@ -13,6 +13,7 @@ from typing import Iterator
 
 from finetune import task as task_lib
 from finetune.classification import glue_data
+from util import fs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Record:
 
 
 def _csv_rows(path: str) -> Iterator[tuple[int, list[str]]]:
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with fs.open_maybe_gzip(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f)
         start = 1
         for fields in reader:
@@ -45,7 +46,7 @@ def _json_value(value, path: str, line_no: int, key: str) -> str | None:
 
 def _read_jsonl(path: str, fields: dict, max_rows: int | None) -> list[Record]:
     records: list[Record] = []
-    with open(path, encoding="utf-8-sig") as f:
+    with fs.open_maybe_gzip(path, encoding="utf-8-sig") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue

@@ -24,6 +24,7 @@ import zlib
 from typing import Any, Iterator
 
 from finetune import task as task_lib
+from util import fs
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ def iter_squad(path: str, v2: bool, labeled: bool, v2_hint: str = SQUAD2_HINT
     """(context, questions) per paragraph of a SQuAD JSON file; `v2_hint` says how to read
     unanswerable questions when they are found in v1 data."""
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with fs.open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except UnicodeDecodeError as e:
         raise task_lib.not_utf8_error(path, e) from None
@@ -263,8 +264,7 @@ def iter_mrqa(path: str, labeled: bool, v2: bool = False,
               v2_hint: str | None = None
               ) -> Iterator[tuple[str, list[_Question]]]:
     """(context, questions) per line of an MRQA JSONL(.gz) file; the header line is skipped."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8-sig") as f:
+    with fs.open_maybe_gzip(path, encoding="utf-8-sig") as f:
         try:
             for number, line in enumerate(f, start=1):
                 if not line.strip():

@@ -22,7 +22,7 @@ from finetune.qa import qa_data
 from finetune.qa import qa_features
 from finetune.qa import qa_head
 from finetune.qa import qa_metrics
-from util import io_utils
+from util import fs, io_utils
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,9 @@ class QATask(task_lib.Task):
         directory = self.data_dir()
         for ext in self.extensions:
             path = os.path.join(directory, split + ext)
-            if os.path.isfile(path):
+            if fs.isfile(path):
                 return path
-        present = sorted(os.listdir(directory))
+        present = sorted(fs.listdir(directory))
         raise task_lib.TaskDataError(
             f"task {self.name!r}: no {' or '.join(split + e for e in self.extensions)} in "
             f"{directory} (directory has: {', '.join(present) if present else 'nothing'})")

@@ -30,7 +30,7 @@ from finetune import heads
 from finetune import task as task_lib
 from finetune.tagging import tagging_metrics
 from model import modeling
-from util import io_utils
+from util import fs, io_utils
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def read_conll(path: str, word_column: int = 0, tag_column: int = 2,
     needed = max(c + 1 if c >= 0 else -c for c in (word_column, tag_column))
     first_line, width = 0, 0  # the first token line and its column count
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with fs.open(path, encoding="utf-8-sig") as f:
             lines = f.readlines()
     except UnicodeDecodeError as e:
         raise task_lib.not_utf8_error(path, e) from None
@@ -289,7 +289,7 @@ class TaggingTask(task_lib.Task):
         return self.data_file(f"{split}.txt")
 
     def has_split_file(self, split: str) -> bool:
-        return os.path.isfile(os.path.join(self.data_dir(), f"{split}.txt"))
+        return fs.isfile(os.path.join(self.data_dir(), f"{split}.txt"))
 
     def _read_path(self, path: str, check: bool = True) -> list[ConllSentence]:
         sentences = read_conll(path, self.word_column, self.tag_column, self.num_columns)

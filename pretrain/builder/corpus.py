@@ -16,6 +16,7 @@ Text must be UTF-8; the first invalid byte raises CorpusError naming the file (a
 member) and its byte offset, so the user can find and fix it.
 """
 import bz2
+import contextlib
 import dataclasses
 import gzip
 import logging
@@ -25,6 +26,8 @@ import re
 import tarfile
 import zlib
 from typing import BinaryIO, Callable, Iterator
+
+from util import fs
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +98,14 @@ class Unit:
 # ---------------------------------------------------------------------------------------------
 # Discovery.
 
-def _open_decompressed(path: str, compression: str) -> BinaryIO:
-    if compression == "gzip":
-        return gzip.open(path, "rb")
-    if compression == "bz2":
-        return bz2.open(path, "rb")
-    if compression == "xz":
-        return lzma.open(path, "rb")
-    return open(path, "rb")
+@contextlib.contextmanager
+def _open_decompressed(path: str, compression: str) -> Iterator[BinaryIO]:
+    with fs.open(path, "rb") as raw:
+        if compression == "text":
+            yield raw
+            return
+        with _decompressor(compression, raw) as f:
+            yield f
 
 
 def _sniff_compression(head: bytes) -> str:
@@ -122,9 +125,9 @@ def _looks_like_tar(block: bytes) -> bool:
 
 def describe_file(path: str, relpath: str) -> InputFile:
     """Classifies one file by its first bytes (and, when compressed, its first decompressed bytes)."""
-    with open(path, "rb") as f:
+    with fs.open(path, "rb") as f:
         head = f.read(512)
-    size = os.path.getsize(path)
+    size = fs.getsize(path)
     for magic, name in _UNSUPPORTED_MAGIC.items():
         if head.startswith(magic):
             return InputFile(path, relpath, size, "text", False, problem=(
@@ -148,16 +151,16 @@ def find_input_files(corpus_dir: str) -> list[InputFile]:
     Raises:
       CorpusError: the directory does not exist, is not a directory, or holds no input files.
     """
-    if not os.path.exists(corpus_dir):
+    if not fs.exists(corpus_dir):
         raise CorpusError(f"--corpus-dir {corpus_dir} does not exist")
-    if not os.path.isdir(corpus_dir):
+    if not fs.isdir(corpus_dir):
         raise CorpusError(f"--corpus-dir {corpus_dir} is not a directory")
     files = []
     seen_dirs = set()
     # Symlinked sub-directories are corpus too (they used to be skipped without a word); a
     # directory reached twice (a link loop, two links to one place) is read once.
-    for root, dirs, names in os.walk(corpus_dir, followlinks=True):
-        real = os.path.realpath(root)
+    for root, dirs, names in fs.walk(corpus_dir):
+        real = fs.realpath(root)
         if real in seen_dirs:
             log.warning("--corpus-dir: %s is %s, already read; skipped", root, real)
             dirs[:] = []
@@ -166,15 +169,16 @@ def find_input_files(corpus_dir: str) -> list[InputFile]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             path = os.path.join(root, name)
-            relpath = os.path.relpath(path, corpus_dir)
+            relpath = fs.relpath(path, corpus_dir)
             if name.startswith("."):
                 continue
-            if os.path.islink(path) and not os.path.exists(path):
+            target = fs.broken_link_target(path)
+            if target is not None:
                 raise CorpusError(f"--corpus-dir: {relpath} is a broken symbolic link (to "
-                                  f"{os.readlink(path)}); fix or remove it")
-            if not os.path.isfile(path):
+                                  f"{target}); fix or remove it")
+            if not fs.isfile(path):
                 continue
-            files.append(describe_file(os.path.abspath(path), relpath))
+            files.append(describe_file(fs.abspath(path), relpath))
     files.sort(key=lambda f: f.relpath)
     if not files:
         raise CorpusError(f"--corpus-dir {corpus_dir} holds no input files (hidden files are ignored); "
@@ -194,7 +198,7 @@ def split_into_units(files: list[InputFile], chunk_bytes: int,
             continue
         pieces = max(2, round(file.size / chunk_bytes))
         cuts = [0]
-        with open(file.path, "rb") as f:
+        with fs.open(file.path, "rb") as f:
             for k in range(1, pieces):
                 cut = _next_boundary(f, file.size * k // pieces, file.size, blanks_separate_docs)
                 if cut > cuts[-1] and cut < file.size:
@@ -415,12 +419,12 @@ def iter_documents(unit: Unit, on_bytes: Callable[[int], None] | None = None
     if file.problem is not None:
         raise CorpusError(file.problem + "; fix or remove it, or pass --skip-bad-files")
     if file.splittable:
-        with open(file.path, "rb") as f:
+        with fs.open(file.path, "rb") as f:
             f.seek(unit.start)
             yield Document(file.relpath, _decode_lines(f, file.relpath, unit.start,
                                                        unit.end - unit.start, on_bytes), True)
         return
-    with open(file.path, "rb") as f:
+    with fs.open(file.path, "rb") as f:
         yield from _stream_documents(_CountingReader(f, on_bytes), file.relpath, True)
 
 

@@ -21,7 +21,9 @@ import os
 import queue as queue_lib
 import random
 import re
+import shutil
 import sys
+import tempfile
 import time
 from typing import Callable, Iterator
 
@@ -167,14 +169,14 @@ def _config_path(output_dir: str) -> str:
 
 def _existing_config(output_dir: str) -> dict | None:
     path = _config_path(output_dir)
-    if not os.path.exists(path):
+    if not fs.exists(path):
         return None
     return io_utils.read_json(path)
 
 
 def _check_output_dir(output_dir: str, config: dict, existing: dict | None) -> None:
     """Refuses a directory holding shards of another build (or of an unknown one)."""
-    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    names = fs.listdir(output_dir) if fs.isdir(output_dir) else []
     shards = [n for n in names if _SHARD_RE.match(n)]
     if existing is None:
         if shards or pretrain_data.METADATA_FILE in names:
@@ -201,9 +203,9 @@ def _check_output_dir(output_dir: str, config: dict, existing: dict | None) -> N
 
 
 def _remove_stale_temp_files(output_dir: str) -> None:
-    for name in os.listdir(output_dir):
+    for name in fs.listdir(output_dir):
         if _TEMP_RE.match(name):
-            os.remove(os.path.join(output_dir, name))
+            fs.remove(os.path.join(output_dir, name))
 
 
 def _complete_shards(output_dir: str, num_shards: int) -> dict[int, dict]:
@@ -212,7 +214,7 @@ def _complete_shards(output_dir: str, num_shards: int) -> dict[int, dict]:
     for shard in range(num_shards):
         path = os.path.join(output_dir, pretrain_data.shard_name(shard, num_shards))
         stats = example_builder.stats_path(output_dir, shard, num_shards)
-        if os.path.exists(path) and os.path.exists(stats):
+        if fs.exists(path) and fs.exists(stats):
             done[shard] = _with_kept_and_cut(io_utils.read_json(stats))
     return done
 
@@ -256,22 +258,23 @@ def _corpus_sentences(files: list[corpus.InputFile], skip_bad_files: bool,
 
 def _train_spm(cfg: BuildConfig, files: list[corpus.InputFile], reuse: bool) -> str:
     path = os.path.join(cfg.output_dir, SPM_MODEL_NAME)
-    if reuse and os.path.exists(path):
+    if reuse and fs.exists(path):
         cfg.log(f"Reusing the SentencePiece model {path} trained by the earlier run")
         return path
     cfg.log(f"Training a SentencePiece vocabulary of {cfg.vocab_size} pieces on the corpus ...")
     start = time.time()
-    temp_prefix = os.path.join(cfg.output_dir, f".spm-training-{os.getpid()}")
+    # SentencePiece's trainer writes local files only: train in a local temporary directory,
+    # then copy (atomically) to the output directory, which may be a URL.
+    temp_dir = tempfile.mkdtemp(prefix=".spm-training-")
+    temp_prefix = os.path.join(temp_dir, "spm")
     try:
         tokenization.train_sentencepiece(
             _corpus_sentences(files, cfg.skip_bad_files, cfg.log), temp_prefix, cfg.vocab_size,
             do_lower_case=cfg.lower_case, max_sentences=SPM_MAX_SENTENCES)
-        os.replace(temp_prefix + ".vocab", os.path.join(cfg.output_dir, "spm.vocab"))
-        os.replace(temp_prefix + ".model", path)
+        io_utils.copy_file(temp_prefix + ".vocab", os.path.join(cfg.output_dir, "spm.vocab"))
+        io_utils.copy_file(temp_prefix + ".model", path)
     finally:
-        for suffix in (".model", ".vocab"):
-            if os.path.exists(temp_prefix + suffix):
-                os.remove(temp_prefix + suffix)
+        shutil.rmtree(temp_dir, ignore_errors=True)
     cfg.log(f"SentencePiece model written to {path} ({time.time() - start:.1f} s)")
     return path
 
@@ -331,7 +334,7 @@ def _settings_record(cfg: BuildConfig, files: list[corpus.InputFile], num_shards
         vocab_id = {"train_sentencepiece_vocab_size": cfg.vocab_size}
     else:
         vocab_path = cfg.vocab_file or cfg.spm_model
-        if not os.path.isfile(vocab_path):
+        if not fs.isfile(vocab_path):
             raise BuildError(f"vocabulary {vocab_path} does not exist")
         vocab_id = {"sha256": io_utils.sha256_file(vocab_path)}
     strip_accents = cfg.lower_case if cfg.strip_accents is None else cfg.strip_accents
@@ -362,10 +365,10 @@ def build_dataset(cfg: BuildConfig) -> dict:
     Raises training_utils.RunLockError while another build writes to the same --output-dir
     (each would remove the other's temporaries and shards)."""
     cfg.validate()
-    if os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):
+    if fs.exists(cfg.output_dir) and not fs.isdir(cfg.output_dir):
         raise BuildError(f"--output-dir {cfg.output_dir} is an existing file, not a directory; "
                          "choose a directory")
-    os.makedirs(cfg.output_dir, exist_ok=True)
+    fs.makedirs(cfg.output_dir)
     with training_utils.RunLock(cfg.output_dir, filename=BUILD_LOCK_FILE):
         return _build_dataset(cfg)
 
@@ -374,8 +377,8 @@ def _build_dataset(cfg: BuildConfig) -> dict:
     start_time = time.time()
     cfg.validate()
     log = cfg.log
-    corpus_real = os.path.realpath(cfg.corpus_dir)
-    output_real = os.path.realpath(cfg.output_dir)
+    corpus_real = fs.realpath(cfg.corpus_dir).rstrip("/")
+    output_real = fs.realpath(cfg.output_dir).rstrip("/")
     if output_real == corpus_real or output_real.startswith(corpus_real + os.sep):
         raise BuildError(f"--output-dir {cfg.output_dir} is inside --corpus-dir {cfg.corpus_dir}; "
                          f"its shards would be read as text by the next run. Choose another place")
@@ -384,7 +387,7 @@ def _build_dataset(cfg: BuildConfig) -> dict:
     if problems and not cfg.skip_bad_files:
         raise corpus.CorpusError(problems[0] + "; fix or remove it, or pass --skip-bad-files")
     total_bytes = sum(f.size for f in files)
-    os.makedirs(cfg.output_dir, exist_ok=True)
+    fs.makedirs(cfg.output_dir)
     existing = _existing_config(cfg.output_dir)
 
     num_shards = cfg.num_out_files
@@ -411,7 +414,7 @@ def _build_dataset(cfg: BuildConfig) -> dict:
         cfg.vocab_file, spm_model, cfg.lower_case,
         cfg.strip_accents if cfg.kind == "wordpiece" else None)
     tokenizer = spec.build()  # fails early (missing special tokens) before any work starts
-    vocab_path = os.path.abspath(cfg.vocab_file or spm_model)
+    vocab_path = fs.abspath(cfg.vocab_file or spm_model)
 
     plan = make_plan(files, num_shards, cfg.eval_fraction, cfg.seed, cfg.blanks_separate_docs)
     if cfg.eval_fraction > 0 and not plan.eval_groups:
@@ -425,7 +428,7 @@ def _build_dataset(cfg: BuildConfig) -> dict:
         if missing:
             tasks.append(example_builder.GroupTask(
                 group=g, units=tuple(units), shards=shards, write=missing, num_shards=num_shards,
-                output_dir=os.path.abspath(cfg.output_dir), tokenizer=spec,
+                output_dir=fs.abspath(cfg.output_dir), tokenizer=spec,
                 max_seq_length=cfg.max_seq_length, blanks_separate_docs=cfg.blanks_separate_docs,
                 seed=cfg.seed, skip_bad_files=cfg.skip_bad_files,
                 official_truncation=cfg.official_truncation))
@@ -514,15 +517,15 @@ def _metadata_record(cfg: BuildConfig, config: dict, plan: Plan, tokenizer, voca
         "shards": shards,
         # Sizes on disk: readers can tell a truncated or partial copy of a shard at a glance
         # (TFRecord readers cannot when the cut falls between records).
-        "shard_bytes": {name: os.path.getsize(os.path.join(cfg.output_dir, name))
+        "shard_bytes": {name: fs.getsize(os.path.join(cfg.output_dir, name))
                         for name in shards},
-        "corpus": {"dir": os.path.abspath(cfg.corpus_dir), **config["corpus"]},
+        "corpus": {"dir": fs.abspath(cfg.corpus_dir), **config["corpus"]},
         "skipped_files": [{"file": name, "error": error} for name, error in skipped],
         "build": {"num_processes": cfg.num_processes, "seconds": round(seconds, 1)},
         "config": config,
     }
     if spm_model is not None:
-        metadata["spm_model"] = os.path.abspath(spm_model)
+        metadata["spm_model"] = fs.abspath(spm_model)
     return metadata
 
 

@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 from model import tokenization
 from pretrain import pretrain_data
 from pretrain.builder import corpus, sentences, tfrecord_writer
-from util import io_utils
+from util import fs, io_utils
 
 SINGLE_SEGMENT_PROB = 0.1     # official: "small chance to only have one segment"
 SHORT_TARGET_PROB = 0.05      # official: "small chance for random-length ... example"
@@ -314,15 +314,15 @@ class _GroupShards:
         for shard, path in self._temp_paths.items():
             io_utils.write_json(stats_path(task.output_dir, shard, task.num_shards),
                                 dataclasses.asdict(self.stats[shard]))
-            os.replace(path, os.path.join(task.output_dir,
+            fs.replace(path, os.path.join(task.output_dir,
                                           pretrain_data.shard_name(shard, task.num_shards)))
 
     def discard_unfinished(self) -> None:
         for writer in self._writers.values():
             writer.close()
         for path in self._temp_paths.values():
-            if os.path.exists(path):
-                os.remove(path)
+            if fs.exists(path):
+                fs.remove(path)
 
 
 class _GroupReader:

@@ -19,6 +19,8 @@ import struct
 
 import numpy as np
 
+from util import fs
+
 _POLY = 0x82F63B78  # CRC-32C, reflected
 _MASK_DELTA = 0xA282EAD8
 
@@ -95,7 +97,7 @@ class TFRecordWriter:
     def __init__(self, path: str, batch_size: int = 1024):
         if TFRecordWriter._crc is None:
             TFRecordWriter._crc = Crc32c()
-        self._file = open(path, "wb")
+        self._file = fs.open(path, "wb")
         self._pending: list[bytes] = []
         self._batch_size = batch_size
 
