@@ -422,8 +422,8 @@ def test_a_finished_trial_follows_its_dev_test_and_training_files(tmp_path, capl
     """A finished trial is reused only while its inputs are the same: an edited dev file or
     another metric re-evaluates it (no training), an edited test file rewrites its test
     predictions, and an edited training file is refused naming the file (exit 2, nothing on
-    disk changed). Its old score was reported, and a halted trial of a shrunk training file was
-    recorded as finished, before."""
+    disk changed; the check a halted trial meets too). Its old score was reported, and a halted
+    trial of a shrunk training file was recorded as finished, before."""
     caplog.set_level("INFO")
     (tmp_path / "train.csv").write_text("text,label\n" + "".join(
         f"w{i} w{i + 1},{'pos' if i % 2 else 'neg'}\n" for i in range(1, 7)))

@@ -1050,28 +1050,6 @@ def _trained_custom_trial(env, tmp) -> str:
     return str(tmp / "fdata" / "models" / "ft" / "finetuning_models" / "mine_model_1")
 
 
-@case
-def finetune_halted_trial_whose_training_file_shrank(env, tmp):
-    # Its checkpoint's step passed the shrunk file's step count: it was recorded as finished.
-    act = custom(env, tmp, CSV_SPEC, {"train.csv": GOOD_CSV + "w7,neg\nw8 w1,pos\n" * 3,
-                                      "dev.csv": GOOD_CSV},
-                 do_eval=False)
-    assert act() == 0
-    (tmp / "train.csv").write_text(GOOD_CSV)
-    return act, [
-        r"mine_model_1 holds a trial trained on other training data \(data_sha256\.mine\."
-        r"train\.csv: content changed\)"]
-
-
-@case
-def predict_input_without_the_text_field(env, tmp):
-    trial = _trained_custom_trial(env, tmp)
-    (tmp / "new.jsonl").write_text('{"text": "w1"}\n{"sentence": "w2"}\n')
-    return (lambda: predict.main(["--model-dir", trial, "--input", str(tmp / "new.jsonl"),
-                                  "--output", str(tmp / "out.jsonl"), "--no-progress"])), [
-        r"new\.jsonl:2: no field 'text' \(text_a\); the object has: 'sentence'"]
-
-
 def _predict(model_dir, *args):
     return lambda: predict.main(["--model-dir", str(model_dir), *map(str, args), "--no-progress"])
 
