@@ -9,9 +9,11 @@ D/models/M/vocab.txt or D/vocab.txt. Each of `num_trials` trials (seed + trial -
 D/models/M/finetuning_models/<tasks>_model_<trial>/ and is evaluated on dev; per-trial and
 median results go to D/models/M/results/<tasks>_results.{txt,json}. With write_test_outputs,
 GLUE submission TSVs of the first n_writes_test trials go to D/models/M/test_predictions/trial_<t>/.
-Re-running the same command continues halted trials and reuses finished ones. SIGTERM or
-Ctrl-C stops the running trial at the next step boundary with a checkpoint at that step and
-exits 75 (0 done, 2 bad input, 3 diverged).
+Re-running the same command continues halted trials and reuses finished ones while their inputs
+are unchanged (a finished trial is re-evaluated when its dev data or scoring settings changed; a
+trial on changed training data is refused). SIGTERM or Ctrl-C stops the running trial at the
+next step boundary with a checkpoint at that step (an eval or featurization at its next batch)
+and exits 75 (0 done, 2 bad input, 3 diverged).
 """
 import argparse
 import logging
