@@ -197,9 +197,32 @@ def sparse_softmax_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Ten
 
 @elementwise_block
 def _cross_entropy_block(logits, labels):
-    logits = tf.cast(logits, tf.float32)
-    return (tf.reduce_logsumexp(logits, -1)
-            - tf.gather(logits, labels, batch_dims=labels.shape.rank))
+    return _cross_entropy(logits, labels)
+
+
+# The gradient written out: the automatic one's gather gradient reads its axis from the forward
+# block's outputs, and XLA's constant analysis, needing that axis at compile time, then asked for
+# every input of the block (the batch, the weights, the step) as a compile-time constant: with
+# use_xla the step recompiled at every batch. The arithmetic is the automatic gradient's, op for
+# op, so the numbers are unchanged.
+@tf.custom_gradient
+def _cross_entropy(logits, labels):
+    wide = tf.cast(logits, tf.float32)
+    log_norm = tf.reduce_logsumexp(wide, -1)
+    losses = log_norm - tf.gather(wide, labels, batch_dims=labels.shape.rank)
+
+    def gradient(upstream):
+        # logsumexp's gradient as tf.reduce_logsumexp's ops give it (the shift by a finite max,
+        # 1 / sum), then minus `upstream` at each label (the gather's gradient).
+        wide = tf.cast(logits, tf.float32)
+        top = tf.reduce_max(wide, -1, keepdims=True)
+        shifted = tf.exp(wide - tf.where(tf.math.is_finite(top), top, tf.zeros_like(top)))
+        per_row = upstream * tf.math.reciprocal(tf.reduce_sum(shifted, -1))
+        at_label = tf.one_hot(labels, logits.shape[-1], dtype=tf.float32)
+        grad = per_row[..., tf.newaxis] * shifted - upstream[..., tf.newaxis] * at_label
+        return tf.cast(grad, logits.dtype), None
+
+    return losses, gradient
 
 
 def gelu(x: tf.Tensor) -> tf.Tensor:

@@ -10,9 +10,11 @@ and example `i` of the global batch always reads the same slice of that stream, 
 
 The slice is addressed through Philox's counter: each counter value yields 4 uint32, i.e. 4
 float32 uniforms, so element `e` of the stream sits at counter e // 4, position e % 4. This holds
-for the TF CPU kernels and under XLA (checked by tests/test_pretrain_masking.py). XLA's Philox
-kernel yields another stream than the CPU kernel for the same key and counter, each consistent in
-itself: runs compare exactly within one setting of use_xla.
+for the TF CPU kernels and under XLA (checked by tests/test_pretrain_masking.py). Both kernels
+give the same Philox bits for a key and counter, but turn them into floats from different bits
+(CPU: the low 23, XLA: the high 23), so the floats are made here from the bits, as the CPU kernel
+makes them: the same numbers in graph mode as before, and the same numbers under XLA (use_xla,
+TPUs), so a compiled step samples what the graph step samples.
 """
 import tensorflow as tf
 
@@ -59,7 +61,16 @@ class ExampleRng:
         # Always 3 extra numbers, sliced at `lead`: the generated shape never depends on the
         # offset, so XLA compiles it even when the offset is not a compile-time constant
         # (micro-batches in a loop, replica ids).
-        flat = tf.raw_ops.StatelessRandomUniformV2(
+        bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
             shape=tf.reshape(count + 3, [1]), key=stream_key(self.seed, self.step, purpose),
-            counter=counter, alg=_PHILOX, dtype=tf.float32)
+            counter=counter, alg=_PHILOX, dtype=tf.uint32)
+        flat = unit_floats(bits)
         return tf.reshape(tf.slice(flat, tf.reshape(lead, [1]), tf.reshape(count, [1])), shape)
+
+
+def unit_floats(bits: tf.Tensor) -> tf.Tensor:
+    """float32 uniforms in [0, 1) from uint32 `bits` as TensorFlow's CPU kernel makes them: the low
+    23 bits as the mantissa of a number in [1, 2), minus 1."""
+    mantissa = tf.bitwise.bitwise_and(bits, tf.constant(0x7FFFFF, tf.uint32))
+    one_to_two = tf.bitwise.bitwise_or(mantissa, tf.constant(0x3F800000, tf.uint32))
+    return tf.bitcast(one_to_two, tf.float32) - 1.0

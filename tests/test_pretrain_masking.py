@@ -26,23 +26,32 @@ def test_rng_rows_follow_the_global_example_index():
     assert 0.0 <= full.min() and full.max() < 1.0
 
 
-def test_rng_rows_follow_the_global_example_index_under_xla():
-    # XLA's Philox kernel gives another stream than the CPU kernel (each consistent in itself),
-    # so compiled results are compared with compiled results, offsets not compile-time constant.
-    @tf.function(jit_compile=True)
+def test_uniforms_are_the_cpu_kernels_and_xla_draws_the_same():
+    # The floats are made from Philox bits as TensorFlow's CPU kernel makes them (XLA's own
+    # kernel takes other bits of the same numbers), so graph mode and XLA draw identical noise.
+    key, counter = tf.constant([5], tf.uint64), tf.constant([123456789, 3], tf.uint64)
+    bits = tf.raw_ops.StatelessRandomUniformFullIntV2(shape=[4099], key=key, counter=counter,
+                                                      alg=1, dtype=tf.uint32)
+    kernel = tf.raw_ops.StatelessRandomUniformV2(shape=[4099], key=key, counter=counter, alg=1,
+                                                 dtype=tf.float32)
+    np.testing.assert_array_equal(rng_lib.unit_floats(bits).numpy(), kernel.numpy())
+
     def full(offset):
         return _rng(step=2, offset=offset).uniform([7, 5], rng_lib.GUMBEL)
 
+    eager = full(tf.constant(0, tf.int64)).numpy()
+    compiled = tf.function(full, jit_compile=True)(tf.constant(0, tf.int64)).numpy()
+    np.testing.assert_array_equal(compiled, eager)
+
     @tf.function(jit_compile=True)
-    def rows_in_a_loop():
+    def rows_in_a_loop():  # offsets that are not compile-time constants
         total = tf.zeros([2, 5])
         for i in tf.range(3):
             total += _rng(step=2, offset=tf.cast(i, tf.int64) * 2 + 1).uniform(
                 [2, 5], rng_lib.GUMBEL)
         return total
 
-    rows = full(tf.constant(0, tf.int64)).numpy()
-    np.testing.assert_allclose(rows_in_a_loop().numpy(), rows[1:3] + rows[3:5] + rows[5:7],
+    np.testing.assert_allclose(rows_in_a_loop().numpy(), eager[1:3] + eager[3:5] + eager[5:7],
                                rtol=1e-6)
 
 
