@@ -15,6 +15,7 @@ from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, SEE
                           HParams, OneOf, Range, hp)
 
 # Table 7: learning rate and layer-wise decay per model size; small also uses embedding size 128.
+# The release's configure_finetuning.py gives small 1e-4 (docs/FIDELITY.md).
 SIZE_DEFAULTS = {
     "small": dict(learning_rate=3e-4, layerwise_lr_decay=0.8, embedding_size=128),
     "base": dict(learning_rate=1e-4, layerwise_lr_decay=0.8),
@@ -56,9 +57,9 @@ class FinetuningConfig(HParams):
                        valid=OneOf(STRATEGIES))
 
     # training
-    learning_rate: float = hp(1e-4, "peak learning rate (Table 7: 3e-4 small, 1e-4 base, 5e-5 large)",
+    learning_rate: float = hp(1e-4, "peak learning rate (Table 7: 3e-4 small, 1e-4 base, 5e-5 large; the release: 1e-4, 5e-5 large)",
                               valid=POSITIVE)
-    weight_decay_rate: float = hp(0.01, "decoupled weight decay",
+    weight_decay_rate: float = hp(0.01, "decoupled weight decay (the release's 0.01; Table 7: 0)",
                                   valid=NON_NEGATIVE)
     layerwise_lr_decay: float = hp(0.8, "layer-wise learning-rate decay (0.8 small/base, 0.9 large); 0 disables",
                                    valid=PROBABILITY)
@@ -71,6 +72,7 @@ class FinetuningConfig(HParams):
                                   valid=PROBABILITY)
     clip_norm: float = hp(1.0, "global-norm gradient clipping",
                           valid=POSITIVE)
+    clip_per_replica: bool = hp(False, "true: the official TPU rule (CrossShardOptimizer): each replica's loss over its own examples, its gradient clipped at clip_norm, the clipped gradients summed; false: the global batch's gradient clipped once, the same for any number of replicas (docs/FIDELITY.md)")
     save_checkpoints_steps: int = hp(1000000, "checkpoint a trial every this many steps",
                                      valid=AT_LEAST_ONE)
     save_checkpoints_secs: float = hp(0.0, "also checkpoint when this many seconds have passed since the last save, at the next step boundary (0: by steps only); bounds the work a crash loses in minutes (SIGTERM/SIGINT always save: exit status 75)",

@@ -58,6 +58,7 @@ class PretrainingConfig(HParams):
     lr_decay_after_warmup: bool = hp(False, "true: decay starts after warm-up; false reproduces the official schedule (decay from step 0, warm-up multiplied on top)")
     clip_norm: float = hp(1.0, "global-norm gradient clipping",
                           valid=POSITIVE)
+    clip_per_replica: bool = hp(False, "true: the official TPU rule (CrossShardOptimizer): each replica's loss over its own examples, its gradient clipped at clip_norm, the clipped gradients summed; false: the global batch's gradient clipped once, the same for any number of replicas (docs/FIDELITY.md)")
     gradient_accumulation_steps: int = hp(1, "micro-batches summed per optimizer step (train_batch_size is the effective batch)",
                                           valid=AT_LEAST_ONE)
     recompute_grad: bool = hp(False, "recompute each layer's activations in the backward pass to save memory")

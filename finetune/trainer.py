@@ -6,8 +6,10 @@ continues a halted trial from its newest checkpoint; the data order and dropout 
 functions of (seed, step), so a resumed trial takes the same steps an uninterrupted one would.
 
 The step follows the official release: loss = SUM over the batch of each row's own-task loss
-(one replica). With several replicas each sums its share and the gradients are averaged, as the
-official TPU CrossShardOptimizer does. AdamW with warm-up + linear decay and layer-wise learning
+(one replica). With several replicas each sums its share and the gradients are averaged, then
+clipped once: the step of the mean replica batch, whatever the number of replicas. (The official
+TPU CrossShardOptimizer clips each core's gradient and sums them: `clip_per_replica`,
+docs/FIDELITY.md.) AdamW with warm-up + linear decay and layer-wise learning
 rates comes from model/optimization.py; the step around the model's loss (float16 loss scaling,
 the all-reduce, the finite check, the update, the loop) from util/step_engine.py.
 """
@@ -107,7 +109,7 @@ class ModelRunner:
                     warmup_proportion=config.warmup_proportion,
                     layerwise_lr_decay=config.layerwise_lr_decay,
                     num_layers=self.model.bert_config.num_hidden_layers,
-                    clip_norm=config.clip_norm,
+                    clip_norm=None if config.clip_per_replica else config.clip_norm,
                     bias_correction=config.adam_bias_correction,
                     decay_after_warmup=config.lr_decay_after_warmup,
                     official_layerwise=config.layerwise_lr_decay_official)
@@ -115,7 +117,8 @@ class ModelRunner:
                     self.strategy, self.optimizer, self.model.trainable_variables,
                     inputs_fn=self._step_inputs, loss_fn=self._loss, metric_names=("loss",),
                     float16=self.float16, state_prefix=STATE_PREFIX, use_xla=self.use_xla,
-                    mean_over_replicas=True, count_skipped_steps=True)
+                    mean_over_replicas=not config.clip_per_replica, count_skipped_steps=True,
+                    clip_per_replica=config.clip_norm if config.clip_per_replica else None)
         self.manager = checkpoint.CheckpointManager(self.model_dir, max_to_keep=1)
         self._predict_fn = None
         self._restored_step = 0

@@ -6,7 +6,8 @@ accumulation, the all-reduce, the finite check and the update:
   1. mask the replica's examples (noise addressed by global example index, see pretrain/rng.py);
   2. all-reduce the loss denominators, so each replica's loss is its share of the GLOBAL loss
      (the per-replica losses sum to exactly the one-device loss of the same global batch; with
-     gradient accumulation the denominators are still those of the whole batch);
+     gradient accumulation the denominators are still those of the whole batch); with
+     `clip_per_replica` (the official TPU rule) each replica keeps its own denominators;
   3. the loss of the ELECTRA model and a vector of metric sums.
 
 Run state saved beside the weights (names of its own): `pretrain_state/input_position` (the data
@@ -79,7 +80,8 @@ class Trainer:
                 self.trainable, config.learning_rate, config.num_train_steps,
                 weight_decay_rate=config.weight_decay_rate,
                 num_warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
-                clip_norm=config.clip_norm, bias_correction=config.adam_bias_correction,
+                clip_norm=None if config.clip_per_replica else config.clip_norm,
+                bias_correction=config.adam_bias_correction,
                 decay_after_warmup=config.lr_decay_after_warmup)
             with tf.name_scope(""):
                 self.input_position = tf.Variable(
@@ -90,7 +92,8 @@ class Trainer:
                 self.strategy, self.optimizer, self.trainable, inputs_fn=self._step_inputs,
                 loss_fn=self._loss, metric_names=TRAIN_METRICS[:-1], float16=self.float16,
                 state_prefix=STATE_PREFIX, accumulation_steps=k, use_xla=self.use_xla,
-                always_save_loss_scale=True)
+                always_save_loss_scale=True,
+                clip_per_replica=config.clip_norm if config.clip_per_replica else None)
         self.loss_scale = self.engine.scaling.scale
         self._eval_step_fn = tf.function(self._eval_step, autograph=False)
 
@@ -160,16 +163,21 @@ class Trainer:
         replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int64)
         return replica, replica * batch_size
 
-    def _masked_inputs(self, features, rng: rng_lib.ExampleRng):
-        """The replica's examples masked, and the loss denominators of the whole global batch."""
+    def _masked_inputs(self, features, rng: rng_lib.ExampleRng, global_denominators=True):
+        """The replica's examples masked, and the loss denominators of the whole global batch
+        (global_denominators false: of the replica's own examples, the official TPU rule)."""
         masked = self.model.mask({k: features[k] for k in _FEATURES}, rng)
-        return masked, Denominators(*self.engine.all_reduce(list(self.model.denominators(masked))))
+        denominators = list(self.model.denominators(masked))
+        if global_denominators:
+            denominators = self.engine.all_reduce(denominators)
+        return masked, Denominators(*denominators)
 
     def _step_inputs(self, features):
         replica, offset = self._replica_ids(self.per_replica_batch)
         step = self.optimizer.global_step.read_value()
-        masked, denominators = self._masked_inputs(features,
-                                                   rng_lib.ExampleRng(self.seed, step, offset))
+        masked, denominators = self._masked_inputs(
+            features, rng_lib.ExampleRng(self.seed, step, offset),
+            global_denominators=not self.config.clip_per_replica)
         self.input_position.assign(features[input_pipeline.POSITION_KEY][0])
         return masked, (step, replica, offset, denominators)
 
@@ -206,9 +214,11 @@ class Trainer:
         (time.time()) passed `deadline`."""
         steps = self.engine.run(iterator, num_steps, deadline)
         named, n = steps.sums, max(steps.counted, 1)
+        if self.config.clip_per_replica:  # the replicas' own mean losses, summed: their mean
+            n *= self.strategy.num_replicas_in_sync
         metrics = {
             "loss": named["loss"] / n, "mlm_loss": named["mlm_loss"] / n,
-            "global_norm": named["global_norm"] / n,
+            "global_norm": named["global_norm"] / max(steps.counted, 1),
             "masked_lm_accuracy": named["mlm_correct"] / max(named["mlm_weight"], 1e-9),
         }
         if self.model.has_discriminator:  # ELECTRA or Electric

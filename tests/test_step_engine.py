@@ -1,5 +1,6 @@
 """util/step_engine.py on a two-weight least-squares model: float16 skipped steps (counted or
-not), the stop at a non-finite step, gradient accumulation, and the average over two replicas."""
+not), the stop at a non-finite step, gradient accumulation, and the two ways to combine two
+replicas (the average; the official TPU rule, clip_per_replica)."""
 import json
 import math
 import os
@@ -89,33 +90,43 @@ from util import step_engine
 X = np.array(json.loads(sys.argv[1]), np.float32)
 Y = np.array(json.loads(sys.argv[2]), np.float32)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-with strategy.scope():
-    w = tf.Variable([[0.5], [-0.5]], name="w")
-    optimizer = optimization.create_optimizer([w], 0.1, 100, weight_decay_rate=0.0)
-
-def loss_fn(features, micro_batch, *_):
-    loss = tf.reduce_sum(tf.square(tf.matmul(features["x"], w) - features["y"]))
-    return loss, tf.reshape(loss, [1])
-
-engine = step_engine.StepEngine(strategy, optimizer, [w], inputs_fn=lambda f: (f, ()),
-                                loss_fn=loss_fn, metric_names=("loss",), float16=True,
-                                state_prefix="s/", mean_over_replicas=True,
-                                count_skipped_steps=True)
 data = tf.data.Dataset.from_tensor_slices({"x": X, "y": Y}).batch(4).repeat()
-steps = engine.run(iter(strategy.experimental_distribute_dataset(data)), 3)
-print(json.dumps({"w": w.numpy().tolist(), "loss": float(steps.sums["loss"]),
-                  "step": int(optimizer.global_step.numpy())}))
+out = {}
+for name, options in (("mean", dict(float16=True, mean_over_replicas=True)),
+                      ("clip_per_replica", dict(float16=False, clip_per_replica=1.0))):
+    with strategy.scope():
+        w = tf.Variable([[0.5], [-0.5]], name="w")
+        optimizer = optimization.create_optimizer(
+            [w], 0.1, 100, weight_decay_rate=0.0,
+            clip_norm=None if "clip_per_replica" in options else 1.0)
+
+    def loss_fn(features, micro_batch, *_, w=w):
+        loss = tf.reduce_sum(tf.square(tf.matmul(features["x"], w) - features["y"]))
+        return loss, tf.reshape(loss, [1])
+
+    engine = step_engine.StepEngine(strategy, optimizer, [w], inputs_fn=lambda f: (f, ()),
+                                    loss_fn=loss_fn, metric_names=("loss",), state_prefix="s/",
+                                    count_skipped_steps=True, **options)
+    steps = engine.run(iter(strategy.experimental_distribute_dataset(data)), 3)
+    out[name] = {"w": w.numpy().tolist(), "loss": float(steps.sums["loss"]),
+                 "step": int(optimizer.global_step.numpy())}
+print(json.dumps(out))
 """
 
 
-def test_float16_on_two_replicas_averages_the_replicas_gradients():
-    # Each replica sums its 2 rows; the average of the two sums is half the one-device gradient.
+@pytest.fixture(scope="module")
+def two_replicas():
     out = subprocess.run([sys.executable, "-c", TWO_REPLICAS, json.dumps(X.tolist()),
                           json.dumps(Y.tolist())], env=dict(os.environ, PYTHONPATH=REPO,
                                                             TF_CPP_MIN_LOG_LEVEL="2"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_float16_on_two_replicas_averages_the_replicas_gradients(two_replicas):
+    # Each replica sums its 2 rows; the average of the two sums is half the one-device gradient.
+    got = two_replicas["mean"]
     w = tf.Variable([[0.5], [-0.5]], name="w")
     optimizer = optimization.create_optimizer([w], 0.1, 100, weight_decay_rate=0.0)
     loss_sum = 0.0
@@ -126,4 +137,29 @@ def test_float16_on_two_replicas_averages_the_replicas_gradients():
         loss_sum += float(loss)
     assert got["step"] == 3
     np.testing.assert_allclose(got["w"], w.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got["loss"], loss_sum, rtol=1e-5)
+
+
+def test_clip_per_replica_sums_each_replicas_clipped_gradient(two_replicas):
+    # The official TPU rule by hand: replica r's gradient (rows 2r, 2r + 1) clipped at norm 1,
+    # the two clipped gradients summed, then AdamW without a second clip.
+    got = two_replicas["clip_per_replica"]
+    w = np.array([[0.5], [-0.5]], np.float64)
+    m = v = np.zeros_like(w)
+    loss_sum, clipped = 0.0, 0
+    for step in range(got["step"]):
+        total = np.zeros_like(w)
+        for rows in (slice(0, 2), slice(2, 4)):
+            residual = X[rows] @ w - Y[rows]
+            loss_sum += float(np.sum(residual ** 2))
+            grad = 2.0 * X[rows].T @ residual
+            norm = np.linalg.norm(grad)
+            clipped += norm > 1.0
+            total += grad * min(1.0, 1.0 / norm)
+        lr = 0.1 * (1.0 - step / 100.0)  # no warm-up, linear decay
+        m = 0.9 * m + 0.1 * total
+        v = 0.999 * v + 0.001 * total ** 2
+        w = w - lr * m / (np.sqrt(v) + 1e-6)
+    assert got["step"] == 3 and clipped >= 3  # the clip was active
+    np.testing.assert_allclose(got["w"], w, rtol=1e-5)
     np.testing.assert_allclose(got["loss"], loss_sum, rtol=1e-5)

@@ -9,7 +9,8 @@ A trainer gives the engine two functions and keeps only what is its own:
 One step:
   1. per replica: gradients of the loss (float16: scaled up, then down; see util/loss_scale.py),
      summed over `accumulation_steps` micro-batches (optionally XLA-compiled);
-  2. per replica: ONE all-reduce of gradients and metrics; the gradient norm after it;
+  2. per replica: ONE all-reduce of gradients and metrics; the gradient norm after it (with
+     `clip_per_replica`, each replica's gradient is clipped before the all-reduce);
   3. cross-replica, so every replica takes the same branch: finite metrics and norm -> the
      optimizer update (clipping and AdamW: model/optimization.py); otherwise float16 skips the
      step and halves the loss scale, and a non-finite step at scale 1 (or any in float32/bfloat16)
@@ -43,9 +44,14 @@ class StepEngine:
     """Loss scale, accumulators and the compiled loop for `variables` under `strategy`.
 
     Options where the two trainers differ, each for a reason of its own:
-      mean_over_replicas: average the replicas' gradients (fine-tuning: each replica sums its own
-        rows, as the official CrossShardOptimizer) instead of summing them (pre-training: each
-        replica's loss is already its share of the global batch's loss).
+      mean_over_replicas: average the replicas' gradients (fine-tuning: each replica's loss sums
+        its own rows, so the mean is the gradient of the mean row-sum, the same for any number of
+        replicas) instead of summing them (pre-training: each replica's loss is already its share
+        of the global batch's loss).
+      clip_per_replica: the official TPU rule (the release's CrossShardOptimizer): each
+        replica's gradient clipped at this global norm, the clipped gradients then summed (the
+        optimizer must not clip again). None (default): the replicas' gradients combined first
+        and clipped once by the optimizer, as one device would (docs/FIDELITY.md).
       count_skipped_steps: a float16 step skipped for overflow still advances global_step
         (fine-tuning: data order and epochs follow global_step) and enters the metric sums with
         gradient norm 0; pre-training tracks its data position itself and counts only updates.
@@ -58,13 +64,17 @@ class StepEngine:
                  metric_names: Sequence[str], float16: bool, state_prefix: str,
                  accumulation_steps: int = 1, use_xla: bool = False,
                  mean_over_replicas: bool = False, count_skipped_steps: bool = False,
-                 always_save_loss_scale: bool = False):
+                 always_save_loss_scale: bool = False, clip_per_replica: float | None = None):
         self.strategy, self.optimizer, self.variables = strategy, optimizer, list(variables)
         self.inputs_fn, self.loss_fn = inputs_fn, loss_fn
         self.metric_names = tuple(metric_names) + ("global_norm",)
         self.float16 = float16
         self.accumulation_steps = accumulation_steps
         self.mean_over_replicas = mean_over_replicas
+        if clip_per_replica is not None and (clip_per_replica <= 0 or mean_over_replicas):
+            raise ValueError("clip_per_replica must be > 0 and sums the replicas' gradients "
+                             "(not with mean_over_replicas)")
+        self.clip_per_replica = clip_per_replica
         self.count_skipped_steps = count_skipped_steps
         with strategy.scope():
             self.scaling = None
@@ -149,6 +159,9 @@ class StepEngine:
         inputs, args = self.inputs_fn(features)
         scale = self.scaling.scale.read_value() if self.float16 else tf.constant(1.0)
         grads, metrics = self._gradients_fn(inputs, args, scale)
+        if self.clip_per_replica is not None:
+            # A non-finite norm makes every gradient NaN: the finite check below still sees it.
+            grads, _ = tf.clip_by_global_norm(grads, self.clip_per_replica)
         reduced = self.all_reduce(list(grads) + [metrics])
         grads, metrics = reduced[:-1], reduced[-1]
         replicas = self.strategy.num_replicas_in_sync
