@@ -165,8 +165,8 @@ def pretraining_step(setup, weights, slots):
     electra = trainer.model.has_discriminator
     randomness = {}
     if electra and trainer.use_xla:
-        # XLA's Philox yields another stream than the CPU kernel (pretrain/rng.py): the noise
-        # the compiled step samples with, drawn by a compiled function.
+        # The noise the compiled step samples with, drawn by a compiled function; the
+        # reference samples with it from its own logits.
         randomness["uniform_noise"] = setup.xla_noise(
             tf.constant(step, tf.int64), tf.shape(masked.masked_lm_ids))
     elif electra:
