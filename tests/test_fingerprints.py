@@ -34,12 +34,25 @@ _TOLERANCES = {"weights": (1e-5, 1e-6), "eval": (1e-4, 1e-5)}
 _BFLOAT16_TOLERANCES = {"weights": (1e-5, 1e-3), "eval": (1e-2, 1e-5)}
 
 
+# A bias whose true gradient is zero (the SQuAD start and end scorers': a softmax over positions
+# ignores a shift shared by all of them) moves only by rounding noise (Adam's lr * g / (|g| + eps)
+# for a g of rounding size), so its value differs from host to host: the start bias's sum is
+# 3.3e-6 in the record and 1.3e-6 on an AVX2-only host (at the code that recorded it too), the end
+# bias's -5.9e-6 and 2.9e-8. Each is held to that noise's size instead of to the record.
+_ROUNDING_NOISE_ONLY = {("finetune/squadv1", "task_specific/squadv1/dense/bias"),
+                        ("finetune/squadv1", "task_specific/squadv1/dense_1/bias")}
+_ROUNDING_NOISE_BOUND = 1e-4
+
+
 def _assert_close(run: str, recorded: dict, now: dict) -> None:
     tolerances = _BFLOAT16_TOLERANCES if run.endswith("bfloat16") else _TOLERANCES
     rtol, atol = tolerances["weights"]
     assert sorted(recorded["weights"]) == sorted(now["weights"]), run
     for name, (total, squares) in recorded["weights"].items():
         got = now["weights"][name]
+        if (run, name) in _ROUNDING_NOISE_ONLY:
+            assert abs(got[0]) < _ROUNDING_NOISE_BOUND and abs(total) < _ROUNDING_NOISE_BOUND
+            continue
         assert np.isclose(got[0], total, rtol=rtol, atol=atol), (run, name, "sum", got, total)
         assert np.isclose(got[1], squares, rtol=rtol, atol=atol), (run, name, "sumsq")
     rtol, atol = tolerances["eval"]
