@@ -108,7 +108,10 @@ def build(tmp, corpus_files: dict, vocab=None, *extra):
     corpus = tmp / "corpus"
     corpus.mkdir(exist_ok=True)
     for name, content in corpus_files.items():
-        (corpus / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+        data = content if isinstance(content, bytes) else content.encode()
+        # Unchanged content is not rewritten: the corpus fingerprint holds modification times.
+        if not (corpus / name).exists() or (corpus / name).read_bytes() != data:
+            (corpus / name).write_bytes(data)
     vocab = vocab or str(tmp / "vocab.txt")
     if not os.path.exists(vocab):
         fx.write_vocab(vocab)
