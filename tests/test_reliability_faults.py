@@ -6,6 +6,7 @@ test_reliability_inputs.py.
 """
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -103,6 +104,9 @@ def test_a_save_killed_at_any_point_leaves_a_consistent_dir(tmp_path, caplog):
 @pytest.mark.parametrize("damage", ["truncate_index", "truncate_data", "flip_data_byte",
                                     "delete_data", "empty_state_file", "garbage_state_file"])
 def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, damage, caplog):
+    # TensorFlow's own warning is read below; a command run earlier in the same process may have
+    # quieted TensorFlow's logger (util/console.py).
+    caplog.set_level(logging.WARNING, logger="tensorflow")
     manager = checkpoint.CheckpointManager(str(tmp_path), max_to_keep=3)
     manager.save(tensors(1), 1)
     manager.save(tensors(2), 2)
