@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from util import console  # noqa: E402,F401 -- first: TensorFlow's start-up lines stay off
 
 from pretrain import health  # noqa: E402  (numpy only: no TensorFlow start-up for the evals)
+from util import fs  # noqa: E402
 
 HISTORY = os.path.join("results", "unsup_results_history.json")
 EVAL_COLUMNS = (("loss", "loss"), ("mlm_loss", "masked_lm_loss"), ("mlm_acc", "masked_lm_accuracy"),
@@ -36,15 +37,15 @@ TRAIN_COLUMNS = (("loss", "train/loss"), ("mlm_loss", "train/mlm_loss"),
 
 def read_evals(model_dir: str) -> list[dict]:
     path = os.path.join(model_dir, HISTORY)
-    if not os.path.exists(path):
+    if not fs.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
+    with fs.open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
 def read_train_curves(model_dir: str) -> dict[str, list[tuple[int, float]]]:
     """train/ scalars of the TensorBoard events (a file being written is read up to its end)."""
-    if not any(n.startswith("events.out.tfevents") for n in os.listdir(model_dir)):
+    if not any(n.startswith("events.out.tfevents") for n in fs.listdir(model_dir)):
         return {}
     from util import training_utils  # TensorFlow: only when there are events to read
     scalars = training_utils.read_scalars(model_dir)
@@ -89,8 +90,8 @@ def _sampled(points: list, limit: int) -> list:
 def summary(model_dir: str, evals: list[dict], curves: dict, rows: int) -> list[str]:
     config = {}
     config_path = os.path.join(model_dir, "pretrain_config.json")
-    if os.path.exists(config_path):
-        with open(config_path, encoding="utf-8") as f:
+    if fs.exists(config_path):
+        with fs.open(config_path, encoding="utf-8") as f:
             config = json.load(f)
     total = config.get("num_train_steps")
     steps = [s for points in curves.values() for s, _ in points] + \
