@@ -173,6 +173,21 @@ def _run(step: str, args: list[str], verbose: bool = False) -> None:
         sys.exit(f"demo: step '{step}' failed (exit code {result.returncode}); see the messages above")
 
 
+def pretrain_hparams(spm_model: str, vocab_size: int, steps: int, compute_dtype: str) -> dict:
+    """The demo's pre-training recipe (tests/test_health_runs.py trains its first steps)."""
+    tiny = {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 2,
+            "intermediate_size": 512}
+    return {
+        "model_size": "small", "model_hparam_overrides": tiny, "embedding_size": 64,
+        "generator_hidden_size": 0.25, "vocab_file": spm_model, "vocab_size": vocab_size,
+        "train_batch_size": 32, "max_seq_length": 128,
+        "num_train_steps": steps, "num_warmup_steps": steps // 10,
+        "learning_rate": 1e-3, "adam_bias_correction": True, "lr_decay_after_warmup": True,
+        "save_checkpoints_steps": max(100, steps // 4), "iterations_per_loop": 50,
+        "do_eval": True, "num_eval_steps": 20, "eval_batch_size": 32,
+        "compute_dtype": compute_dtype}
+
+
 def _pick_demo_sentence(work_dir: str) -> tuple[str, str]:
     """A held-out dev sentence and the same sentence with one word replaced by hand."""
     with open(os.path.join(work_dir, "finetuning_data", "sst", "dev.tsv"), encoding="utf-8") as f:
@@ -227,20 +242,11 @@ def main(argv: list[str] | None = None) -> int:
           "--vocab-size", str(args.vocab_size), "--output-dir", tfrecords,
           "--max-seq-length", "128", "--num-processes", "2"], verbose)
     spm_model = os.path.join(tfrecords, "spm.model")
-    tiny = {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 2,
-            "intermediate_size": 512}
-    pretrain_hparams = {
-        "model_size": "small", "model_hparam_overrides": tiny, "embedding_size": 64,
-        "generator_hidden_size": 0.25, "vocab_file": spm_model, "vocab_size": args.vocab_size,
-        "train_batch_size": 32, "max_seq_length": 128,
-        "num_train_steps": args.pretrain_steps, "num_warmup_steps": args.pretrain_steps // 10,
-        "learning_rate": 1e-3, "adam_bias_correction": True, "lr_decay_after_warmup": True,
-        "save_checkpoints_steps": max(100, args.pretrain_steps // 4), "iterations_per_loop": 50,
-        "do_eval": True, "num_eval_steps": 20, "eval_batch_size": 32,
-        "compute_dtype": "bfloat16" if _has_bf16() else "float32"}
+    hparams = pretrain_hparams(spm_model, args.vocab_size, args.pretrain_steps,
+                               "bfloat16" if _has_bf16() else "float32")
     _run("3/6 pre-training a tiny ELECTRA (hidden 128, 3 layers, generator 1/4 width)",
          ["run_pretraining.py", "--data-dir", work, "--model-name", "demo",
-          "--hparams", json.dumps(pretrain_hparams)], verbose)
+          "--hparams", json.dumps(hparams)], verbose)
     model_dir = os.path.join(work, "models", "demo")
     print(_health_line(model_dir), flush=True)
 
@@ -263,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     _run("6/6 fine-tuning on the reference-or-library task (from the pre-trained model)",
          ["run_finetuning.py", "--data-dir", work, "--model-name", "demo",
           "--hparams", json.dumps(finetune)], verbose)
-    scratch = dict(finetune, init_checkpoint="", model_hparam_overrides=tiny, embedding_size=64,
+    scratch = dict(finetune, init_checkpoint="", embedding_size=hparams["embedding_size"],
+                   model_hparam_overrides=hparams["model_hparam_overrides"],
                    model_dir=os.path.join(model_dir, "finetuning_models", "sst_scratch_model"),
                    results_txt=os.path.join(model_dir, "results", "sst_scratch_results.txt"),
                    results_json=os.path.join(model_dir, "results", "sst_scratch_results.json"))

@@ -71,11 +71,12 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         how = run_setup.restore_or_init(config, trainer)
         log.info("%s; training files: %d, held-out files: %d", how, len(files.train),
                  len(files.eval))
+        monitor = evaluation.new_monitor(config) if chief else None
         try:
             if config.do_train:
                 if chief:
                     run_setup.prepare_model_dir(config, trainer)
-                loop.train(config, trainer, files, chief, lock)
+                loop.train(config, trainer, files, chief, lock, monitor)
             if config.do_eval:
                 if preemption.requested():  # trained and saved; the eval is left to the re-run
                     raise preemption.Preempted(
@@ -84,7 +85,12 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
                 if not config.do_train and checkpoint.latest_valid(config.model_dir) is None \
                         and not config.init_checkpoint:
                     raise ValueError(f"do_eval: no checkpoint in {config.model_dir} to evaluate")
-                return evaluation.run_eval(config, trainer, files.eval, chief)
+                writer = tu.SummaryWriter(config.model_dir, enabled=chief)
+                try:
+                    return evaluation.run_eval(config, trainer, files.eval, chief, writer,
+                                               monitor)
+                finally:
+                    writer.close()
         except tf.errors.DataLossError as e:
             raise record_check.damaged_file_error(
                 files.train + files.eval, e, "pre-training tfrecord file",

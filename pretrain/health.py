@@ -250,8 +250,12 @@ class Monitor:
         return dict(self.active)
 
     def after_steps(self, step: int, learning_rate: float) -> bool:
-        """The between-evals check; True when a state began or cleared."""
+        """The between-evals check; True when a state began or cleared. A rate of 0 at the
+        schedule's end neither begins the state nor clears it: a run whose rate reached 0
+        early still reports it at its final eval."""
         before = dict(self.active)
-        names = [LR_ZERO.name] if lr_at_zero(step, learning_rate, self.run) else []
-        self._update(names, step, [LR_ZERO.name])
+        if lr_at_zero(step, learning_rate, self.run):
+            self._update([LR_ZERO.name], step, [LR_ZERO.name])
+        elif learning_rate > 0.0:
+            self._update([], step, [LR_ZERO.name])
         return before != self.active

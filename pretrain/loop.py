@@ -84,8 +84,11 @@ def _report(config: PretrainingConfig, trainer: Trainer, result, elapsed: float,
 
 
 def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.DataFiles,
-          chief: bool, lock: tu.RunLock | None = None) -> None:
-    """Trains from the trainer's step to num_train_steps."""
+          chief: bool, lock: tu.RunLock | None = None,
+          monitor: health.Monitor | None = None) -> None:
+    """Trains from the trainer's step to num_train_steps. `monitor`: the run's health (the
+    final eval's too, so a state found between evals reaches its results); the chief's own
+    when not given."""
     manager = checkpoint.CheckpointManager(config.model_dir, config.keep_checkpoint_max)
     step = trainer.global_step
     if step >= config.num_train_steps:
@@ -95,7 +98,8 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
     progress = tu.Progress(config.num_train_steps, initial=step, enabled=chief,
                            min_log_interval=10.0)
     iterator = trainer.train_iterator(files.train)
-    monitor = evaluation.new_monitor(config) if chief else None
+    if monitor is None and chief:
+        monitor = evaluation.new_monitor(config)
     last_saved = manager.latest()
     saved_step = step  # the state at `step` is on disk (restored from it, or step 0)
     start = last_save_time = time.time()

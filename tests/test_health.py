@@ -105,6 +105,9 @@ def test_learning_rate_at_zero_before_the_last_step():
     # It stays active through evals (they do not check it) and is part of their health entry.
     assert monitor.after_eval(520, _eval(520)) == {"lr_zero_early": 500}
     assert not health.Monitor(RUN).after_steps(1000, 0.0)  # the schedule's end
+    # Reaching the end keeps an early zero reported; a positive rate clears it.
+    assert not monitor.after_steps(1000, 0.0) and monitor.active == {"lr_zero_early": 500}
+    assert monitor.after_steps(1000, 1e-5) and monitor.active == {}
 
 
 def test_token_geometry():

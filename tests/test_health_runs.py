@@ -1,13 +1,20 @@
-"""Runs that reach a health state on purpose (and a healthy twin), end to end: the state in the
+"""Runs that reach a health state on purpose (and healthy twins), end to end: the state in the
 results, in TensorBoard and on tools/inspect_run.py's page; a collapsed fine-tuning trial flagged
 in its record and the run summary."""
 import json
+import math
 import os
+import subprocess
+import sys
 
 import pytest
 
 import build_pretraining_dataset
+import demo
+import pretrain_fixtures as fx
 import run_finetuning
+import run_pretraining
+from conftest import REPO_ROOT
 from configure_pretraining import PretrainingConfig
 from pretrain import evaluation, input_pipeline, run_setup
 from pretrain.trainer import Trainer
@@ -26,7 +33,9 @@ RECIPE = {"model_size": "small", "embedding_size": 64, "generator_hidden_size": 
 RUNS = {"official": {"adam_bias_correction": False, "lr_decay_after_warmup": False,
                      "num_train_steps": 240},
         "corrected": {"adam_bias_correction": True, "lr_decay_after_warmup": True,
-                      "num_train_steps": 160}}
+                      "num_train_steps": 160},
+        "uniform": {"adam_bias_correction": True, "lr_decay_after_warmup": True,
+                    "num_train_steps": 160, "uniform_generator": True}}
 
 
 def _first_steps(config: PretrainingConfig, blocks: int = 2, block: int = 20) -> None:
@@ -47,9 +56,10 @@ def _first_steps(config: PretrainingConfig, blocks: int = 2, block: int = 20) ->
 
 @pytest.fixture(scope="module")
 def real_text_runs(shared_data, tmp_path_factory):
-    """The official optimizer (Adam without bias correction) and the corrected one on 0.85 MB of
-    the shared corpus: the first stalls the discriminator by step 40 (the calibration run:
-    real-token AUC 0.54 at step 40, 0.48-0.52 after), the second ranks replaced tokens (0.86)."""
+    """The official optimizer (Adam without bias correction), the corrected one and the corrected
+    one with a uniform generator on 0.85 MB of the shared corpus: the first stalls the
+    discriminator by step 40 (the calibration run: real-token AUC 0.54 at step 40, 0.48-0.52
+    after), the other two rank replaced tokens (0.86 and 0.87 there)."""
     root = tmp_path_factory.mktemp("health")
     corpus = root / "corpus"
     corpus.mkdir()
@@ -94,6 +104,46 @@ def test_corrected_optimizer_stays_healthy(real_text_runs):
     assert history[1]["disc_auc_real"] > 0.75
 
 
+def test_a_uniform_generator_stays_healthy(real_text_runs):
+    """Random replacements are easy to spot: the discriminator keeps ranking them, and the
+    generator checks (which read only learned generators) stay silent."""
+    history = evaluation.read_history(real_text_runs["uniform"])
+    assert [(h["global_step"], h["health"]) for h in history] == [(20, {}), (40, {})]
+    assert history[1]["disc_auc_real"] > 0.8
+
+
+@pytest.fixture(scope="module")
+def demo_recipe_run(tmp_path_factory):
+    """demo.py's corpus, vocabulary and pre-training recipe (float32, as on a host without
+    bfloat16), trained 200 of its 1000 steps with an eval every 100 steps."""
+    work = tmp_path_factory.mktemp("demo_recipe")
+    subprocess.run([sys.executable, str(REPO_ROOT / "demo.py"), "--write-corpus", str(work)],
+                   check=True, capture_output=True)
+    tfrecords = work / "pretrain_tfrecords"
+    assert build_pretraining_dataset.main([
+        "--corpus-dir", str(work / "corpus"), "--vocab-size", "4000", "--output-dir",
+        str(tfrecords), "--max-seq-length", "128", "--no-progress"]) == 0
+    hparams = demo.pretrain_hparams(str(tfrecords / "spm.model"), 4000, 1000, "float32")
+    config = PretrainingConfig.from_hparams("demo", str(work), hparams)
+    _first_steps(config, blocks=2, block=100)
+    return config
+
+
+def test_the_demos_recipe_is_healthy_at_its_first_eval_then_its_discriminator_stalls(
+        demo_recipe_run):
+    """The first eval after warm-up is healthy (real-token AUC 0.74 in the measured run); by
+    step 200 the 1/4-width generator at temperature 1 has left the 3-layer discriminator
+    ranking replaced tokens near chance (0.60) and calling none replaced: disc_stalled, true
+    there (docs/PRETRAINING.md, "Reading a run")."""
+    history = evaluation.read_history(demo_recipe_run)
+    assert [(h["global_step"], h["health"]) for h in history] == [
+        (100, {}), (200, {"disc_stalled": 200})]
+    assert history[0]["disc_auc_real"] > 0.72 and history[1]["disc_auc_real"] < 0.65
+    assert history[1]["disc_positive_rate"] < 0.001 < history[0]["disc_positive_rate"]
+    # Not a collapse: the token vectors still differ.
+    assert history[1]["repr_mean_cosine"] < 0.9 and history[1]["repr_min_dim_spread"] > 0.3
+
+
 def test_a_trial_on_a_nearly_one_class_training_file_is_flagged_collapsed(tmp_path):
     """250 negative and 6 positive training sentences (CALIBRATION.md's measurement on SST-2):
     every dev prediction negative; the trial and the summary say so, the median keeps it."""
@@ -120,3 +170,68 @@ def test_a_trial_on_a_nearly_one_class_training_file_is_flagged_collapsed(tmp_pa
     text = open(config.results_txt).read()
     assert "COLLAPSED (sst: every dev prediction is class 0)" in text
     assert "(1 collapsed trial(s) included)" in text
+
+
+# -- Toy runs (tests/pretrain_fixtures.py) that reach the remaining states on purpose -----------
+
+def _toy_run(data_dir: str, name: str, **overrides) -> list:
+    """A run of run_pretraining on the toy data; its eval history."""
+    config = PretrainingConfig.from_hparams(name, data_dir, fx.tiny_hparams(**dict(
+        dict(do_eval=True, num_warmup_steps=10, iterations_per_loop=20,
+             save_checkpoints_steps=1000), **overrides)))
+    run_pretraining.train_or_eval(config)
+    return config, evaluation.read_history(config)
+
+
+@pytest.fixture(scope="module")
+def repetitive_data(tmp_path_factory):
+    """Text nearly all of one word (95%), as a corpus of repeated boilerplate."""
+    return fx.write_data(str(tmp_path_factory.mktemp("repetitive")), repetitive=True)
+
+
+def test_a_generator_that_has_learned_repetitive_text_is_too_strong(repetitive_data):
+    """At lr 1e-2 the generator samples the original word at most masked positions by step 40
+    (measured: 75-84%), so about 2% of the tokens are replaced (8% at step 20)."""
+    _, history = _toy_run(repetitive_data, "strong", learning_rate=1e-2, num_train_steps=40,
+                          eval_every_steps=20)
+    assert [(h["global_step"], "generator_too_strong" in h["health"]) for h in history] == [
+        (20, False), (40, True)]
+    assert history[1]["health"]["generator_too_strong"] == 40
+    assert history[1]["disc_replaced_rate"] < 0.05 < history[0]["disc_replaced_rate"]
+    assert history[1]["sampled_masked_lm_accuracy"] > 0.6
+
+
+def test_a_frozen_generator_that_was_never_trained_is_idle(repetitive_data):
+    """freeze_generator (the two-stage recipe) without a trained generator to start from: the
+    same text and rate, and 100 steps after warm-up its held-out loss is still that of a uniform
+    guess (the learned generator above: 0.46 by step 40)."""
+    _, history = _toy_run(repetitive_data, "idle", learning_rate=1e-2, freeze_generator=True,
+                          untied_generator=True, generator_hidden_size=1.0,
+                          generator_layers=1.0, num_train_steps=110)
+    assert history[-1]["global_step"] == 110 and history[-1]["health"] == {"generator_idle": 110}
+    assert history[-1]["masked_lm_loss"] > 0.9 * math.log(fx.VOCAB_SIZE)
+
+
+def test_a_schedule_at_zero_before_the_last_step_is_reported_to_the_end(repetitive_data):
+    """lr_decay_power 1000 drives the rate to 0 (in float32) 10 steps after warm-up: the check
+    after the first block of steps fires, and the final eval still reports it."""
+    config, history = _toy_run(repetitive_data, "lr_zero", lr_decay_power=1000.0,
+                               num_train_steps=60)
+    assert history[-1]["global_step"] == 60
+    assert history[-1]["health"]["lr_zero_early"] == 20
+    assert json.load(open(config.results_json))["health"]["lr_zero_early"] == 20
+    assert tu.read_scalars(config.model_dir)["health/lr_zero_early"][0] == (20, 1.0)
+
+
+def test_a_model_holding_a_nan_reports_a_non_finite_held_out_loss(repetitive_data, tmp_path):
+    """A weight that is NaN (as in a checkpoint converted from a broken run) evaluated: the
+    held-out losses are NaN and the state says so."""
+    config = PretrainingConfig.from_hparams("nan", repetitive_data, fx.tiny_hparams(
+        model_dir=str(tmp_path / "nan")))
+    trainer = Trainer(config, run_setup.load_special_ids(config))
+    trainer.model_vars["discriminator_predictions/dense_1/bias"].assign([math.nan])
+    files = input_pipeline.find_files(config.pretrain_tfrecords)
+    metrics = evaluation.run_eval(config, trainer, files.eval, True)
+    assert math.isnan(metrics["disc_loss"]) and math.isnan(metrics["loss"])
+    history = evaluation.read_history(config)
+    assert history[-1]["health"] == {"loss_not_finite": 0}
