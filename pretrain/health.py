@@ -153,15 +153,16 @@ STATES = (
           "under 5% of the tokens are replaced: the generator's samples equal the original at "
           "most masked positions, so the discriminator sees few replaced tokens",
           "a generator too large for the discriminator (the paper found 1/4-1/2 of its width "
-          "best, and raised masking to 25% for ELECTRA-Large for this reason); not reached by "
-          "the tiny runs here",
+          "best, and raised masking to 25% for ELECTRA-Large for this reason); text that "
+          "repeats itself (measured here: text nearly all of one word, from step 40)",
           "mask_prob 0.25, generator_hidden_size 0.25-0.5, temperature 1.5-2.0",
           _generator_too_strong),
     State("generator_idle",
           "the generator's held-out masked-LM loss is still near that of a uniform guess "
           "(above 0.9 ln(vocab_size)): it learns nothing, and the discriminator's task stays as "
           "easy as with random replacements",
-          "gen_weight 0, a learning_rate too low for the generator, a frozen generator",
+          "gen_weight 0, a learning_rate too low for the generator, a frozen generator that "
+          "was never trained (measured here: freeze_generator from scratch, at its first check)",
           "gen_weight 1.0, learning_rate as the recipe (1e-3 for tiny models); set "
           "uniform_generator true if random replacements are intended", _generator_idle),
     State("loss_rising",
@@ -174,9 +175,9 @@ STATES = (
 # Checked after every block of steps, not at evals.
 LR_ZERO = State(
     "lr_zero_early", "the learning rate is 0 before the last step: the weights no longer change",
-    "a schedule whose decay ends before num_train_steps (resumed with a smaller "
-    "num_train_steps, init_checkpoint_keep_step past the schedule), or learning_rate 0",
-    "num_train_steps at least the resumed step plus the steps wanted; learning_rate > 0",
+    "a decay far steeper than linear (measured here: lr_decay_power 1000 reaches 0 in float32 "
+    "ten steps after warm-up), or a learning_rate below float32's range",
+    "lr_decay_power 1.0 (linear, the official recipe); a learning_rate of 1e-5 or more",
     lambda history, run: False)
 BY_NAME = {state.name: state for state in STATES + (LR_ZERO,)}
 

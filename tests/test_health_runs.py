@@ -201,6 +201,17 @@ def test_a_generator_that_has_learned_repetitive_text_is_too_strong(repetitive_d
     assert history[1]["sampled_masked_lm_accuracy"] > 0.6
 
 
+def test_the_official_optimizer_at_a_high_rate_collapses_the_token_vectors(repetitive_data):
+    """Adam without bias correction at lr 2e-2 after 10 warm-up steps (CALIBRATION.md's
+    failure, pushed to a toy): by step 20 every last-layer token vector points the same way
+    (measured: mean cosine 1.000); the corrected run above kept them apart (0.90)."""
+    _, history = _toy_run(repetitive_data, "collapse", learning_rate=2e-2,
+                          adam_bias_correction=False, lr_decay_after_warmup=False,
+                          num_train_steps=20)
+    assert history[-1]["health"]["collapse"] == 20
+    assert history[-1]["repr_mean_cosine"] > 0.99
+
+
 def test_a_frozen_generator_that_was_never_trained_is_idle(repetitive_data):
     """freeze_generator (the two-stage recipe) without a trained generator to start from: the
     same text and rate, and 100 steps after warm-up its held-out loss is still that of a uniform
