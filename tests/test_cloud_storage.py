@@ -7,6 +7,7 @@ path would create a `ram:` directory there). The builder's worker processes are 
 file:// URL instead (tests/test_build_pretraining_dataset.py), which Python's os cannot open.
 """
 import gzip
+import importlib.util
 import json
 import logging
 import os
@@ -260,6 +261,13 @@ def test_every_command_on_ram(tmp_path, monkeypatch, caplog, capsys):
         "--train-size", "4", "--test-size", "2", "--updates", "2", "--no-random",
         "--max-seq-length", "16", "--json", f"{root}/probe.json"]) == 0
     assert "chunk/last" in io_utils.read_json(f"{root}/probe.json")["pretrained"]
+    spec = importlib.util.spec_from_file_location(
+        "inspect_run", os.path.join(REPO, "tools", "inspect_run.py"))
+    inspect_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(inspect_run)
+    capsys.readouterr()
+    assert inspect_run.main([model]) == 0
+    assert "held-out evals (2):" in capsys.readouterr().out
 
     # Fine-tune from it: a GLUE task, chunking, SQuAD and a custom task, with test outputs.
     ft = dict(task_names=["sst", "chunk", "squadv1", "stars"],

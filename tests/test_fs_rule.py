@@ -12,7 +12,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("util", "model", "pretrain", "finetune")
-EXTRA_SCRIPTS = ("tools/probe.py",)
+EXTRA_SCRIPTS = ("tools/probe.py", "tools/inspect_run.py")
 RULE_MODULE = "util/fs.py"
 
 # os.path functions that only transform strings and so work on URLs as well.
@@ -74,6 +74,8 @@ ALLOWED = {
     ("finetune/qa/mrqa_official_eval.py", "read_answers", "gzip.open"):
         "the official MRQA script's reader, called by its own command line only",
     ("tools/probe.py", "<module>", "os.path.abspath"):
+        "the script's own location, to find the repository (not a user path)",
+    ("tools/inspect_run.py", "<module>", "os.path.abspath"):
         "the script's own location, to find the repository (not a user path)",
 }
 

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from util import console  # noqa: E402,F401 -- first: TensorFlow's start-up lines stay off
 
 from pretrain import health  # noqa: E402  (numpy only: no TensorFlow start-up for the evals)
-from util import fs  # noqa: E402
+from util import fs, io_utils  # noqa: E402
 
 HISTORY = os.path.join("results", "unsup_results_history.json")
 EVAL_COLUMNS = (("loss", "loss"), ("mlm_loss", "masked_lm_loss"), ("mlm_acc", "masked_lm_accuracy"),
@@ -167,10 +167,9 @@ def draw(path: str, evals: list[dict], curves: dict) -> bool:
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.tight_layout()
-    partial = path + ".partial"  # written whole, then renamed: never a half picture
-    fig.savefig(partial, dpi=80, format="png")
+    with io_utils.atomic_open(path, "wb", encoding=None) as f:  # never a half picture
+        fig.savefig(f, dpi=80, format="png")
     plt.close(fig)
-    os.replace(partial, path)
     return True
 
 
@@ -183,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=12,
                         help="at most this many rows per table (default 12)")
     args = parser.parse_args(argv)
-    if not os.path.isdir(args.model_dir):
+    if not fs.isdir(args.model_dir):
         print(f"inspect_run: {args.model_dir} is not a directory", file=sys.stderr)
         return 2
     evals = read_evals(args.model_dir)
@@ -194,7 +193,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print("\n".join(summary(args.model_dir, evals, curves, max(args.rows, 2))))
     png = args.png or os.path.join(args.model_dir, "results", "run_curves.png")
-    os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
     if draw(png, evals, curves):
         print(f"\ncurves drawn to {png}")
     else:
