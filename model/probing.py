@@ -30,6 +30,7 @@ from util import preemption
 
 PROBE_TASKS = ("pos", "chunk", "sst")
 FEATURES = ("last", "mean")
+LENGTH_BUCKET = 16  # FeatureExtractor pads texts to a multiple of this many pieces
 CONLL_COLUMNS = {"pos": 1, "chunk": 2}
 
 
@@ -140,20 +141,27 @@ class FeatureExtractor:
         return layers[-1], tf.add_n(layers) / len(layers)
 
     def _encode(self, sequences: list[list[int]]):
-        """Yields (indices, last, mean) per batch; sequences sorted by length to pad little."""
+        """Yields (indices, last, mean, mask) per batch of `batch_size` rows (the last one
+        filled with empty rows); sequences sorted by length to pad little, and padded to a
+        multiple of LENGTH_BUCKET pieces: the encoder's fused blocks are compiled by XLA once per
+        input shape (model/layers.py), about a second each on a CPU, which cost more than the
+        forward passes when every batch had its own length."""
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
         for start in range(0, len(order), self.batch_size):
             preemption.check("the probes' feature extraction", "re-run the same command to "
                              "evaluate")
             chunk = order[start:start + self.batch_size]
-            length = max(len(sequences[i]) for i in chunk)
-            ids = np.full([len(chunk), length], self.tokenizer.pad_id, np.int32)
-            mask = np.zeros([len(chunk), length], np.int32)
+            longest = max(len(sequences[i]) for i in chunk)
+            length = min(-(-longest // LENGTH_BUCKET) * LENGTH_BUCKET,
+                         self.max_seq_length)
+            ids = np.full([self.batch_size, length], self.tokenizer.pad_id, np.int32)
+            mask = np.zeros([self.batch_size, length], np.int32)
             for row, i in enumerate(chunk):
                 ids[row, :len(sequences[i])] = sequences[i]
                 mask[row, :len(sequences[i])] = 1
             last, mean = self._forward(tf.constant(ids), tf.constant(mask))
-            yield chunk, last.numpy(), mean.numpy(), mask
+            rows = len(chunk)
+            yield chunk, last.numpy()[:rows], mean.numpy()[:rows], mask[:rows]
 
     def word_features(self, sentences: Sequence[Sequence[str]]):
         """Features at each word's first piece: (last [n, H], mean [n, H], kept [n] bool) over
