@@ -168,8 +168,10 @@ STATES = (
     State("loss_rising",
           f"the held-out masked-LM loss has stayed {RISE_MARGIN:.0%} above its lowest value for "
           f"{RISE_EVALS} evals",
-          "a learning rate too high after warm-up, or training that diverges slowly",
-          "learning_rate lower (e.g. half), clip_norm 1.0, lr_decay_after_warmup true",
+          "a learning rate too high after warm-up, training that diverges slowly, or held-out "
+          "text unlike the training text (measured here: eval_tfrecords of another text)",
+          "learning_rate lower (e.g. half), clip_norm 1.0, lr_decay_after_warmup true; "
+          "held-out data from the training corpus (eval_tfrecords unset)",
           _loss_rising),
 )
 # Checked after every block of steps, not at evals.

@@ -38,22 +38,22 @@ def make_example(rng: np.random.RandomState, successor: np.ndarray, seq_len: int
     return ids + [PAD] * pad, [1] * len(ids) + [0] * pad, segments + [0] * pad
 
 
-def make_repetitive_example(rng: np.random.RandomState, share: float = 0.95,
+def make_repetitive_example(rng: np.random.RandomState, word: int = 0, share: float = 0.95,
                             seq_len: int = SEQ_LEN):
-    """A full-length [CLS] A [SEP] B [SEP] whose words are nearly all w0 (`share` of them), as a
-    corpus of repeated boilerplate: a masked LM learns it within a few dozen steps."""
+    """A full-length [CLS] A [SEP] B [SEP] whose words are nearly all w`word` (`share` of them),
+    as a corpus of repeated boilerplate: a masked LM learns it within a few dozen steps."""
     body = seq_len - 3
     first = body // 2
-    words = [0 if rng.rand() < share else rng.randint(NUM_WORDS) for _ in range(body)]
+    words = [word if rng.rand() < share else rng.randint(NUM_WORDS) for _ in range(body)]
     ids = [CLS] + [w + len(SPECIAL) for w in words[:first]] + [SEP] + \
           [w + len(SPECIAL) for w in words[first:]] + [SEP]
     return ids, [1] * seq_len, [0] * (first + 2) + [1] * (body - first + 1)
 
 
 def write_data(data_dir: str, num_files: int = 4, per_file: int = 48, eval_files: int = 1,
-               seed: int = 0, repetitive: bool = False) -> str:
+               seed: int = 0, repetitive: bool = False, repeated_word: int = 0) -> str:
     """data_dir/{vocab.txt, pretrain_tfrecords/pretrain_data.tfrecord-i-of-n, metadata.json};
-    the toy language, or with `repetitive` text nearly all of one word."""
+    the toy language, or with `repetitive` text nearly all of one word (`repeated_word`)."""
     rng = np.random.RandomState(seed)
     successor = rng.permutation(NUM_WORDS)
     os.makedirs(os.path.join(data_dir, "pretrain_tfrecords"), exist_ok=True)
@@ -61,7 +61,8 @@ def write_data(data_dir: str, num_files: int = 4, per_file: int = 48, eval_files
     names = [pretrain_data.shard_name(i, num_files) for i in range(num_files)]
     for name in names:
         records = [pretrain_data.serialize_example(
-            *(make_repetitive_example(rng) if repetitive else make_example(rng, successor)))
+            *(make_repetitive_example(rng, repeated_word) if repetitive
+              else make_example(rng, successor)))
             for _ in range(per_file)]
         pretrain_data.write_examples(os.path.join(data_dir, "pretrain_tfrecords", name), records)
     metadata = {"format_version": pretrain_data.FORMAT_VERSION, "num_out_files": num_files,

@@ -223,6 +223,21 @@ def test_a_frozen_generator_that_was_never_trained_is_idle(repetitive_data):
     assert history[-1]["masked_lm_loss"] > 0.9 * math.log(fx.VOCAB_SIZE)
 
 
+def test_held_out_text_unlike_the_training_text_makes_the_held_out_loss_rise(repetitive_data,
+                                                                             tmp_path):
+    """eval_tfrecords of another text (nearly all w1, the training text nearly all w0): the more
+    the generator learns its training text, the worse it predicts the held-out one (measured:
+    3.24 at step 20, 4.08, 5.27, 5.97 by step 50)."""
+    other = fx.write_data(str(tmp_path / "other"), repetitive=True, repeated_word=1, seed=1)
+    _, history = _toy_run(repetitive_data, "rising", learning_rate=1e-2, num_train_steps=50,
+                          eval_every_steps=10, iterations_per_loop=10, eval_tfrecords=os.path.join(
+                              other, "pretrain_tfrecords", "pretrain_data.tfrecord-3-of-4"))
+    assert [h["global_step"] for h in history] == [10, 20, 30, 40, 50]
+    assert ["loss_rising" in h["health"] for h in history] == [False] * 4 + [True]
+    losses = [h["masked_lm_loss"] for h in history]
+    assert min(losses[2:]) > 1.1 * min(losses[:2])
+
+
 def test_a_schedule_at_zero_before_the_last_step_is_reported_to_the_end(repetitive_data):
     """lr_decay_power 1000 drives the rate to 0 (in float32) 10 steps after warm-up: the check
     after the first block of steps fires, and the final eval still reports it."""
