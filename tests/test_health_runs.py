@@ -138,7 +138,7 @@ def test_the_demos_recipe_is_healthy_at_its_first_eval_then_its_discriminator_st
     history = evaluation.read_history(demo_recipe_run)
     assert [(h["global_step"], h["health"]) for h in history] == [
         (100, {}), (200, {"disc_stalled": 200})]
-    assert history[0]["disc_auc_real"] > 0.72 and history[1]["disc_auc_real"] < 0.65
+    assert history[0]["disc_auc_real"] > 0.7 > 0.65 > history[1]["disc_auc_real"]
     assert history[1]["disc_positive_rate"] < 0.001 < history[0]["disc_positive_rate"]
     # Not a collapse: the token vectors still differ.
     assert history[1]["repr_mean_cosine"] < 0.9 and history[1]["repr_min_dim_spread"] > 0.3
