@@ -7,7 +7,6 @@ path would create a `ram:` directory there). The builder's worker processes are 
 file:// URL instead (tests/test_build_pretraining_dataset.py), which Python's os cannot open.
 """
 import gzip
-import importlib.util
 import json
 import logging
 import os
@@ -15,6 +14,7 @@ import uuid
 
 import pytest
 
+from tests.test_docs import load_tool
 from util import checkpoint, fs, io_utils
 from util import training_utils as tu
 
@@ -196,14 +196,6 @@ def _write_inputs(root: str) -> None:
     _write(f"{root}/predict_in.txt", "the movie is good\nthe movie is bad\n")
 
 
-def _probe_tool():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("probe", os.path.join(REPO, "tools", "probe.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _local_entries() -> list[str]:
     """What exists in the working directory, and any `ram:` directory beside the code."""
     return sorted(os.listdir(".")) + [p for p in os.listdir(REPO) if p.startswith("ram:")]
@@ -255,18 +247,14 @@ def test_every_command_on_ram(tmp_path, monkeypatch, caplog, capsys):
     assert checkpoint.latest_valid(model) == f"{model}/model.ckpt-4"
     assert "train/loss" in tu.read_scalars(model)
     assert fs.isfile(f"{model}/vocab.txt") and not fs.exists(f"{model}/.run.lock")
-    assert _probe_tool().main([
+    assert load_tool("probe").main([
         "--model-dir", model, "--tasks", "chunk", "sst", "--conll",
         f"{data}/finetuning_data/chunk/train.txt", "--sst", f"{data}/finetuning_data/sst",
         "--train-size", "4", "--test-size", "2", "--updates", "2", "--no-random",
         "--max-seq-length", "16", "--json", f"{root}/probe.json"]) == 0
     assert "chunk/last" in io_utils.read_json(f"{root}/probe.json")["pretrained"]
-    spec = importlib.util.spec_from_file_location(
-        "inspect_run", os.path.join(REPO, "tools", "inspect_run.py"))
-    inspect_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(inspect_run)
     capsys.readouterr()
-    assert inspect_run.main([model]) == 0
+    assert load_tool("inspect_run").main([model]) == 0
     assert "held-out evals (2):" in capsys.readouterr().out
 
     # Fine-tune from it: a GLUE task, chunking, SQuAD and a custom task, with test outputs.

@@ -174,8 +174,8 @@ def test_a_trial_on_a_nearly_one_class_training_file_is_flagged_collapsed(tmp_pa
 
 # -- Toy runs (tests/pretrain_fixtures.py) that reach the remaining states on purpose -----------
 
-def _toy_run(data_dir: str, name: str, **overrides) -> list:
-    """A run of run_pretraining on the toy data; its eval history."""
+def _toy_run(data_dir: str, name: str, **overrides) -> tuple[PretrainingConfig, list]:
+    """A run of run_pretraining on the toy data; its config and eval history."""
     config = PretrainingConfig.from_hparams(name, data_dir, fx.tiny_hparams(**dict(
         dict(do_eval=True, num_warmup_steps=10, iterations_per_loop=20,
              save_checkpoints_steps=1000), **overrides)))

@@ -13,7 +13,6 @@ writes as it goes (results/unsup_results_history.json, the TensorBoard events), 
 a run in progress. Exit 2 when the directory holds no run.
 """
 import argparse
-import json
 import os
 import sys
 
@@ -37,10 +36,7 @@ TRAIN_COLUMNS = (("loss", "train/loss"), ("mlm_loss", "train/mlm_loss"),
 
 def read_evals(model_dir: str) -> list[dict]:
     path = os.path.join(model_dir, HISTORY)
-    if not fs.exists(path):
-        return []
-    with fs.open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return io_utils.read_json(path) if fs.exists(path) else []
 
 
 def read_train_curves(model_dir: str) -> dict[str, list[tuple[int, float]]]:
@@ -88,11 +84,8 @@ def _sampled(points: list, limit: int) -> list:
 
 
 def summary(model_dir: str, evals: list[dict], curves: dict, rows: int) -> list[str]:
-    config = {}
     config_path = os.path.join(model_dir, "pretrain_config.json")
-    if fs.exists(config_path):
-        with fs.open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
+    config = io_utils.read_json(config_path) if fs.exists(config_path) else {}
     total = config.get("num_train_steps")
     steps = [s for points in curves.values() for s, _ in points] + \
         [e["global_step"] for e in evals]
