@@ -118,6 +118,11 @@ def _state_paths(directory: str) -> list[str]:
                     "files themselves", directory, str(e).splitlines()[0][:200])
         return []
     if state is None:
+        # TensorFlow skips a garbled state file with a warning of its own logger, which the
+        # quiet console hides: say it ourselves.
+        if fs.exists(os.path.join(directory, "checkpoint")):
+            log.warning("checkpoint state file in %s is unreadable (not a checkpoint state); "
+                        "looking at the checkpoint files themselves", directory)
         return []
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
     # Released checkpoints' state files name where they were written (often gs://...); a
