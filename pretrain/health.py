@@ -78,7 +78,7 @@ STALL_AUC = 0.70
 # Read from DISC_GRACE_STEPS after warm-up on: a discriminator starts at one answer and chance
 # ranking, and the healthy tiny real-text runs of benchmarks/health_grace.py (warm-ups of 0, 5
 # and 20 steps, an eval every 5) were still there up to 5 steps after warm-up, out of it from 10
-# after (real-token AUC 0.73-0.76 there, 0.78-0.83 at 15). Twice that is the grace; two evals in
+# after (real-token AUC 0.72-0.76 there, 0.78-0.85 at 15). Twice that is the grace; two evals in
 # a row would not do, since at that spacing the false alarm lasted two evals.
 DISC_GRACE_STEPS = 20
 # Collapse (after warm-up): last-layer token vectors of held-out text nearly parallel, or a hidden
@@ -234,9 +234,7 @@ STATES = (
                                   "here: a toy run, every token called replaced at steps 20 "
                                   "and 40)",
                         "remedy": "electra_15 false (the discriminator then learns from every "
-                                  "token, the paper's better objective); with electra_15, a "
-                                  "generator that gets more masked positions right "
-                                  "(generator_hidden_size 0.5-1.0)"}}),
+                                  "token: the paper's better objective)"}}),
     State("collapse",
           "the discriminator's last-layer vectors of held-out text are nearly parallel, or a "
           "hidden dimension barely varies: the encoder no longer tells tokens apart",
