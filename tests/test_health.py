@@ -240,3 +240,16 @@ def test_token_geometry():
 ])
 def test_finetuning_collapse(check, args, expected):
     assert check(*args) == expected
+
+
+def test_classification_scorers_name_labels_and_spare_a_one_class_dev_set_predicted_right():
+    from finetune.classification import classification_metrics as cm
+    labels = ["negative", "positive"]
+    for scorer in (cm.AccuracyScorer(label_names=labels), cm.MCCScorer(label_names=labels),
+                   cm.AccuracyF1Scorer(label_names=labels),
+                   cm.ChosenMetricsScorer(["accuracy"], 2, label_names=labels)):
+        for _ in range(3):  # a dev set of positives only, every one predicted positive
+            scorer.update({"loss": 0.1, "label_ids": 1, "predictions": 1})
+        assert scorer.collapse() is None
+        scorer.update({"loss": 0.1, "label_ids": 0, "predictions": 1})  # now two classes
+        assert scorer.collapse() == "every dev prediction is 'positive'"
