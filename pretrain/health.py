@@ -1,5 +1,6 @@
 """Is a pre-training run learning? Named states read off its eval history, each with what is
-wrong, its likely causes (saying which were measured on this project's machine) and what to try.
+wrong, its likely causes (saying which were measured on this project's machine) and what to try,
+in words fitted to the run's objective and generator (`State.advice`).
 
 Pure logic (numpy only, no TensorFlow), so tests drive it with synthetic histories and the demo
 imports it cheaply. pretrain/evaluation.py feeds it every eval's metrics (pretrain_metrics.py plus
@@ -210,9 +211,10 @@ STATES = (
           f"{OPTIMIZER_FIX}, temperature 2.0, a smaller generator_hidden_size (0.125)",
           _disc_stalled,
           {RANDOM: {"causes": "the discriminator does not tell even random replacements from "
-                              "the text: measured here, the official optimizer (no bias "
-                              "correction) with 20 warm-up steps, and tiny models on the tests' "
-                              "32-word toy language",
+                              "the text: an optimizer that stalls it (measured here with a "
+                              "learned generator: the official optimizer with 20 warm-up steps), "
+                              "or a model too small for its text (measured here: tiny models on "
+                              "the tests' 32-word toy language, from step 40)",
                     "remedy": f"{OPTIMIZER_FIX}, a lower learning_rate (uniform and unigram "
                               "samples leave no generator setting to tune)"},
            FROZEN: {"remedy": f"{OPTIMIZER_FIX}, temperature 2.0 (the frozen generator keeps "
