@@ -298,9 +298,11 @@ def _health_line(model_dir: str) -> str:
     """The pre-training run's health at its final eval (pretrain/health.py), with what to try."""
     from pretrain import health
     active = _scores(os.path.join(model_dir, "results", "unsup_results.json")).get("health", {})
+    settings = os.path.join(model_dir, "pretrain_config.json")  # the advice fits the run
+    run = health.RunFacts.from_settings(_scores(settings)) if os.path.exists(settings) else None
     lines = [f"   health of the pre-training run: {health.line(active)} "
              f"(python tools/inspect_run.py {model_dir})"]
-    lines += [f"   {health.describe(name, step)}"
+    lines += [f"   {health.describe(name, step, run)}"
               for name, step in sorted(active.items(), key=lambda item: item[1])]
     return "\n".join(lines)
 

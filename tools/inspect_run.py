@@ -96,12 +96,14 @@ def summary(model_dir: str, evals: list[dict], curves: dict, rows: int) -> list[
     latest = evals[-1].get("health", {}) if evals else {}
     lines.append(f"health at the newest eval: {health.line(latest)}" if evals
                  else "health: no eval yet (set eval_every_steps to check during training)")
+    facts = health.RunFacts.from_settings(config) if config else None  # advice fits the run
     for name, began, cleared in health_spans(evals):
         state = health.BY_NAME.get(name)
+        words = state.advice(facts) if state else {}
         lines.append(f"  {name}: began at step {began}"
                      + (f", cleared at step {cleared}" if cleared is not None else ", active")
-                     + (f"\n    {state.what}\n    try: {state.remedy}" if state and cleared is None
-                        else ""))
+                     + (f"\n    {words['what']}\n    try: {words['remedy']}"
+                        if state and cleared is None else ""))
     if evals:
         probe_keys = sorted({k for e in evals for k in e if k.startswith("probe/")})
         columns = [c for c in EVAL_COLUMNS if any(c[1] in e for e in evals)]
