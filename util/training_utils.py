@@ -208,7 +208,7 @@ class RunLock:
     or when it ran on another host and has not been refreshed (`heartbeat()`) for
     `stale_after_secs`. Use as a context manager, or acquire()/release().
 
-    On the local disk the lock file appears with its content in one step and only if it did not
+    On the local disk (a local path or a file:// URL) the lock file appears with its content in one step and only if it did not
     exist (a hard link, else O_EXCL): two runs can never both hold it. A directory given as a URL
     (gs://, s3://) has no exclusive create, so there the lock is a lease, best effort: the file
     names its holder and when it was last refreshed (written in one object), the holder rewrites
@@ -223,7 +223,8 @@ class RunLock:
 
     def __init__(self, directory: str, filename: str = ".run.lock",
                  stale_after_secs: float = 3600.0):
-        self.path = os.path.join(directory, filename)
+        local = fs.local_path(directory)  # a file:// URL is the local disk: exclusive create
+        self.path = os.path.join(directory if local is None else local, filename)
         self.stale_after_secs = stale_after_secs
         self.held = False
         self.host = socket.gethostname()
