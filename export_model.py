@@ -98,7 +98,7 @@ def atomic_output_dir(path: str, overwrite: bool = False):
     that directory.
     """
     target = fs.local_path(path)
-    target = os.path.abspath(target) if target is not None else path.rstrip("/")
+    target = fs.abspath(target) if target is not None else path.rstrip("/")
     if fs.exists(target) and not fs.isdir(target):
         raise ValueError(f"output {path} is an existing file, not a directory; an export is a "
                          "directory: choose another --output")

@@ -9,6 +9,12 @@ What a write promises depends on the storage (util/io_utils.atomic_open says it 
 local disk and HDFS rename atomically; object stores (GCS, S3) have no rename, and gfile's rename
 copies then deletes, but each object appears whole or not at all.
 
+A `file://` URL is the local disk: replace() renames it as a local path (atomic), and
+io_utils.atomic_open and the run lock treat it so. Whether two paths are one place (any spelling:
+local, file://, symlinks, `..`, extra slashes) is decided by relation() / same_place(), which every
+check protecting an input from an output uses; check_spelling() refuses the URLs TensorFlow would
+read otherwise than meant (`file://relative/path`, `FILE://`).
+
 Only os.path's pure string functions (join, dirname, basename, split, splitext, isabs,
 expanduser) are safe on URLs; anything that touches the disk or the working directory must come
 from here (tests/test_fs_rule.py checks it).
