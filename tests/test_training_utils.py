@@ -39,7 +39,8 @@ def test_a_file_url_and_the_local_path_share_one_exclusive_lock(tmp_path):
             assert lock.path == os.path.join(str(tmp_path), ".run.lock")
             with open(lock.path, "w") as f:  # held by another live process (our parent)
                 json.dump({"pid": os.getppid(), "host": lock.host}, f)
-            with pytest.raises(tu.RunLockError, match=f"in use by another run \\(pid {os.getppid()}"):
+            with pytest.raises(tu.RunLockError,
+                               match=f"in use by another run \\(pid {os.getppid()}"):
                 tu.RunLock(second).acquire()
             with open(lock.path, "w") as f:
                 json.dump({"pid": os.getpid(), "host": lock.host}, f)
