@@ -73,14 +73,15 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     return True
 
 
-def _strings(value: Any) -> list[str]:
-    """The strings in a value, also inside lists and dicts (keys included)."""
+def _strings(value: Any, where: str = "") -> list[tuple[str, str]]:
+    """(where, string) for the strings in a value, also inside lists and dicts: where is the
+    key path inside it (".task.train", "[2]")."""
     if isinstance(value, str):
-        return [value]
+        return [(where, value)]
     if isinstance(value, dict):
-        return [s for k, v in value.items() for s in _strings(k) + _strings(v)]
+        return [s for k, v in value.items() for s in _strings(v, f"{where}.{k}")]
     if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _strings(v)]
+        return [s for i, v in enumerate(value) for s in _strings(v, f"{where}[{i}]")]
     return []
 
 
@@ -207,8 +208,8 @@ class HParams:
         """Refuses a path (any string, also inside lists and dicts) that TensorFlow would read
         otherwise than meant: `file://` followed by a relative path (see fs.check_spelling)."""
         for f in dataclasses.fields(self):
-            what = "--data-dir" if f.name == "data_dir" else f"hparam {f.name!r}"
-            for text in _strings(getattr(self, f.name)):
+            for where, text in _strings(getattr(self, f.name)):
+                what = "--data-dir" if f.name == "data_dir" else f"hparam '{f.name}{where}'"
                 try:
                     fs.check_spelling(text, what)
                 except ValueError as e:
