@@ -1063,7 +1063,8 @@ def predict_output_is_the_input(env, tmp):
     (tmp / "new.txt").write_text("w1 w2\n")
     return _predict(env.model_dir, "--input", tmp / "new.txt", "--output",
                     tmp / "." / "new.txt"), [
-        r"--output .*new\.txt is the --input file: the predictions would replace the input"]
+        r"--output .*new\.txt is the --input file .*new\.txt: the predictions would replace the "
+        r"input"]
 
 
 @case
