@@ -16,7 +16,9 @@ weights are read from it, the vocabulary and casing from the pre-trained model i
 (finetune/prediction.py lists the formats and fields); an empty line or text before the last
 example is refused with its file:line rather than dropped. Every format reads from standard
 input too. Records are written as they are made (to a temporary file renamed at the end, so a
-failed or signalled run leaves no partial file behind). A trial whose training has not finished
+failed or signalled run leaves no partial file behind; on gs:// or s3:// that rename is a copy
+then a delete, and a run killed between the two leaves the new output and a
+`.<name>.<pid>.*.tmp` object beside it: delete that). A trial whose training has not finished
 is predicted with a warning. Exit status: 0 done, 2 bad input or model directory, 75 stopped by
 SIGTERM/SIGINT (at the next batch; --output not written).
 """
