@@ -150,6 +150,26 @@ def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: in
     return record
 
 
+def check_outputs_apart(config: configure_finetuning.FinetuningConfig,
+                        data_files: list[str]) -> None:
+    """Refuses outputs that would replace what the run reads, however each path is spelled: a
+    results file that is a task file or the vocabulary, and a trial directory that is or holds
+    init_checkpoint (the trial would resume from those checkpoints as its own, write over them,
+    and delete them after the trial unless keep_all_models)."""
+    config.check_outputs_apart(["results_txt", "results_json"], [
+        ("hparam 'vocab_file'", config.vocab_file)] + [("task file", f) for f in data_files])
+    if not config.init_checkpoint:
+        return
+    for trial in range(1, config.num_trials + 1):
+        directory = trainer.trial_dir(config, trial)
+        if fs.relation(directory, config.init_checkpoint) in ("same", "contains"):
+            raise configure_finetuning.HParamError(
+                f"trial {trial} would write to {directory} (hparam model_dir {config.model_dir} "
+                f"+ _{trial}), which holds init_checkpoint {config.init_checkpoint}: the trial "
+                "would resume from those weights as its own and overwrite or delete them. Set "
+                "hparam model_dir to another place")
+
+
 def _remove_checkpoints(directory: str) -> None:
     for path in fs.glob(os.path.join(fs.escape(directory), "model.ckpt-*")):
         fs.remove(path)
@@ -212,11 +232,14 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     preemption.rearm()  # after the strategy: see util/preemption.py
     tokenizer = task_builder.build_tokenizer(config)
     tasks = task_builder.get_tasks(config, tokenizer)
+    data_files = []
     for task in tasks:  # bad data fails now, not after a trial's training
         splits = (["train"] if config.do_train else []) + (
             [split for split, _ in task.get_eval_splits()] if config.do_eval else [])
         for split in splits:
             task.get_examples(split)
+            data_files += task.split_files(split)
+    check_outputs_apart(config, data_files)
     preprocessor = preprocessing.Preprocessor(config, tasks)
     keys = trial_keys(config, tasks, preprocessor)
     lock_dir, lock_name = os.path.split(fs.abspath(config.model_dir).rstrip("/"))

@@ -56,6 +56,9 @@ def check_run(config: PretrainingConfig, chief: bool
         evaluation.check_eval_data(config, files)
     checkpoint.check_path(config.model_dir, "model dir")
     config.check_output_paths(["results_txt", "results_json"], [])
+    config.check_outputs_apart(["results_txt", "results_json"], [
+        ("hparam 'vocab_file'", config.vocab_file)] + [
+        ("training file", f) for f in files.train] + [("held-out file", f) for f in files.eval])
     if chief and config.do_train:
         ok, reason = tu.is_writable_dir(config.model_dir)
         if not ok:
@@ -157,7 +160,7 @@ def check_resume_vocab(config: PretrainingConfig) -> None:
     checkpoints were trained with), even of the same size: it would be overwritten and the
     checkpoints left beside a vocabulary they never saw."""
     saved = tokenization.find_vocab_file(config.model_dir)
-    if saved is None or fs.abspath(saved) == fs.abspath(config.vocab_file):
+    if saved is None or fs.same_place(saved, config.vocab_file):
         return
     if os.path.basename(saved) != os.path.basename(_vocab_copy_path(config)) or \
             not fs.same_content(saved, config.vocab_file):
@@ -183,7 +186,7 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
         io_utils.write_text(os.path.join(d, model_dir_lib.GENERATOR_CONFIG_FILE),
                             trainer.model.generator_config.to_json_string() + "\n")
     vocab_copy = _vocab_copy_path(config)
-    if fs.abspath(vocab_copy) != fs.abspath(config.vocab_file) and not (
+    if not fs.same_place(vocab_copy, config.vocab_file) and not (
             fs.exists(vocab_copy) and fs.same_content(vocab_copy, config.vocab_file)):
         io_utils.copy_file(config.vocab_file, vocab_copy)
 

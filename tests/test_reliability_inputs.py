@@ -35,7 +35,7 @@ import score_text
 from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
 from model import model_dir as model_dir_lib
-from util import checkpoint, distribution, hparams, io_utils
+from util import checkpoint, distribution, fs, hparams, io_utils
 from util import training_utils as tu
 
 from tests.test_finetune_data import FIXTURES, write_fixtures
@@ -1063,7 +1063,8 @@ def predict_output_is_the_input(env, tmp):
     (tmp / "new.txt").write_text("w1 w2\n")
     return _predict(env.model_dir, "--input", tmp / "new.txt", "--output",
                     tmp / "." / "new.txt"), [
-        r"--output .*new\.txt is the --input file: the predictions would replace the input"]
+        r"--output .*new\.txt is the --input file .*new\.txt: the predictions would replace the "
+        r"input"]
 
 
 @case
@@ -1318,6 +1319,161 @@ def score_text_missing_checkpoint(env, tmp):
         r"checkpoint .*model\.ckpt-9 not found"]
 
 
+# -- one place, any spelling: a file:// URL, extra slashes or a symlink is the same place ------
+
+
+def url(path, slashes="") -> str:
+    """The file:// URL of a local path (`slashes` added after it)."""
+    return "file://" + str(path) + slashes
+
+
+@case
+def build_output_inside_the_corpus_as_a_file_url(env, tmp):
+    # The string comparison missed it: the shards were written into the corpus.
+    return build(tmp, {"a.txt": GOOD_TEXT}, None, "--output-dir",
+                 url(tmp / "corpus" / "out")), [
+        r"--output-dir file://.*corpus/out is inside --corpus-dir .*corpus"]
+
+
+@case
+def build_corpus_dir_as_a_relative_file_url(env, tmp):
+    # TensorFlow reads file://corpus as host "corpus", path /: the filesystem root.
+    return build(tmp, {"a.txt": GOOD_TEXT}, None, "--corpus-dir", "file://corpus"), [
+        r"--corpus-dir file://corpus: a file:// URL needs an absolute path",
+        r"Did you mean file:///.*/corpus \(or the local path corpus\)"]
+
+
+@case
+def pretrain_results_file_is_the_vocab_file_as_a_file_url(env, tmp):
+    data = copy_data(env, tmp)
+    vocab = os.path.join(data, "vocab.txt")
+    return pretrain(data, **dict(env.hparams, results_txt=url(vocab))), [
+        rf"hparam 'results_txt' is file://{re.escape(vocab)}, the same file as hparam "
+        rf"'vocab_file' {re.escape(vocab)}: writing it would replace that"]
+
+
+@case
+def pretrain_model_dir_as_a_relative_file_url(env, tmp):
+    data = copy_data(env, tmp)
+    return pretrain(data, **dict(env.hparams, model_dir="file://models/m")), [
+        r"hparam 'model_dir' file://models/m: a file:// URL needs an absolute path",
+        r"TensorFlow takes 'models' for a host name and would use /m",
+        r"Did you mean file:///.*/models/m"]
+
+
+@case
+def finetune_results_file_is_a_task_file_as_a_file_url(env, tmp):
+    # Every trial trained, then the results replaced the training data.
+    train = tmp / "fdata" / "finetuning_data" / "sst" / "train.tsv"
+    return finetune(env, tmp, results_json=url(train, "/")), [
+        rf"hparam 'results_json' is file://{re.escape(str(train))}/, the same file as task file "
+        rf"{re.escape(str(train))}"]
+
+
+@case
+def finetune_trial_dir_holds_the_init_checkpoint(env, tmp):
+    # Fine-tuning further from a trial, with the model_dir that made it: trial 1 resumed the
+    # init weights as its own and deleted them after the trial (keep_all_models false).
+    init = tmp / "models" / "ft_model_1"
+    shutil.copytree(env.model_dir, init)
+    return finetune(env, tmp, init_checkpoint=str(init),
+                    model_dir=url(tmp / "models" / "ft_model", ""), num_trials=2), [
+        rf"trial 1 would write to file://{re.escape(str(init))} \(hparam model_dir "
+        rf"file://.*ft_model \+ _1\), which holds init_checkpoint {re.escape(str(init))}"]
+
+
+@case
+def finetune_cache_dir_as_a_relative_file_url(env, tmp):
+    return finetune(env, tmp, preprocessed_data_dir="file://cache/sst"), [
+        r"hparam 'preprocessed_data_dir' file://cache/sst: a file:// URL needs an absolute path",
+        r"Did you mean file:///.*/cache/sst"]
+
+
+@case
+def export_output_is_the_model_dir_as_a_file_url(env, tmp):
+    # --overwrite used to exit 0 after deleting the checkpoints: the local path and the URL
+    # were taken for two places.
+    model = private_model(env, tmp)
+    return export(model, url(model), "--overwrite"), [
+        rf"--output file://{re.escape(model)} is --model-dir {re.escape(model)}",
+        r"Choose an output outside it"]
+
+
+@case
+def export_output_is_the_model_dir_with_extra_slashes(env, tmp):
+    # file:////x// and file:///x: the strings differ, the directory does not.
+    model = private_model(env, tmp)
+    return (lambda: export_model.main(["--model-dir", url(model), "--format", "huggingface",
+                                       "--output", url("/" + model, "//"), "--overwrite"])), [
+        rf"--output file:///{re.escape(model)}// is --model-dir file://{re.escape(model)}:"]
+
+
+@case
+def export_output_inside_the_model_dir_as_a_file_url(env, tmp):
+    model = private_model(env, tmp)
+    return export(model, url(os.path.join(model, "..", "tiny", "hf")), "--overwrite"), [
+        r"--output file://.*models/tiny/\.\./tiny/hf lies inside --model-dir .*models/tiny"]
+
+
+@case
+def export_output_as_a_relative_file_url(env, tmp):
+    return export(private_model(env, tmp), "file://exports/hf", "--overwrite"), [
+        r"--output file://exports/hf: a file:// URL needs an absolute path",
+        r"would use /hf at the top of the filesystem", r"Did you mean file:///.*/exports/hf"]
+
+
+@case
+def export_import_output_is_the_import_dir_as_a_file_url(env, tmp):
+    source = tmp / "hf"
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    return (lambda: export_model.main(["--import-dir", str(source), "--format", "huggingface",
+                                       "--output", url(source, "/"), "--overwrite"])), [
+        rf"--output file://{re.escape(str(source))}/ is --import-dir {re.escape(str(source))}"]
+
+
+@case
+def predict_output_is_the_input_as_a_file_url(env, tmp):
+    # The input used to be replaced by the predictions.
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return _predict(env.model_dir, "--input", tmp / "new.txt", "--output",
+                    url(tmp / "new.txt")), [
+        rf"--output file://{re.escape(str(tmp))}/new\.txt is the --input file "
+        rf"{re.escape(str(tmp))}/new\.txt: the predictions would replace the input"]
+
+
+@case
+def predict_output_is_the_vocabulary_of_the_model(env, tmp):
+    (tmp / "new.txt").write_text("w1 w2\n")
+    model = private_model(env, tmp)
+    return _predict(model, "--input", tmp / "new.txt", "--output",
+                    url(os.path.join(model, "vocab.txt"))), [
+        r"--output file://.*models/tiny/vocab\.txt is the vocabulary .*models/tiny/vocab\.txt"]
+
+
+@case
+def predict_output_is_a_file_of_the_model_dir(env, tmp):
+    (tmp / "new.txt").write_text("w1 w2\n")
+    model = private_model(env, tmp)
+    return _predict(model, "--input", tmp / "new.txt", "--output",
+                    os.path.join(model, "pretrain_config.json")), [
+        r"--output .*models/tiny/pretrain_config\.json is a file of --model-dir .*models/tiny"]
+
+
+@case
+def predict_input_as_a_relative_file_url(env, tmp):
+    return _predict(env.model_dir, "--input", "file://inputs/new.txt"), [
+        r"--input file://inputs/new\.txt: a file:// URL needs an absolute path",
+        r"Did you mean file:///.*/inputs/new\.txt"]
+
+
+@case
+def score_text_model_dir_with_an_upper_case_scheme(env, tmp):
+    # TensorFlow knows no FILE:// scheme: an UnimplementedError.
+    return (lambda: score_text.main(["--model-dir", "FILE://" + env.model_dir, "w1 w2"])), [
+        r"--model-dir FILE://.*models/tiny: write the scheme in lower case \(file://"]
+
+
 def test_the_catalogue_is_large_and_covers_every_command():
     commands = {name.split("_")[0] for name in CASES}
     assert commands == {"build", "pretrain", "finetune", "export", "score", "predict"}
@@ -1325,6 +1481,26 @@ def test_the_catalogue_is_large_and_covers_every_command():
 
 
 # -- paths that must work as given -------------------------------------------------------------
+
+
+def test_an_export_to_a_file_url_replaces_the_old_one_in_one_rename(env, tmp_path, monkeypatch):
+    # A file:// URL is the local disk: the old export is swapped for the new one by renaming the
+    # directory (it used to be deleted, then the files moved in one by one).
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    renames = []
+    real_replace = fs.replace
+    monkeypatch.setattr(fs, "replace", lambda a, b: renames.append((a, b)) or real_replace(a, b))
+    assert export(env.model_dir, url(out, "//"), "--overwrite")() == 0
+    into_output = [(a, b) for a, b in renames if fs.relation(b, str(out)) in ("same", "inside")]
+    assert len(into_output) == 1, into_output
+    source, target = into_output[0]
+    assert target == str(out) and os.path.basename(source).startswith(".hf.tmp-")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "electra"
+    assert sorted(os.listdir(tmp_path)) == ["hf"]  # no temporary or old copy left behind
+
+
 
 
 def test_data_and_model_paths_with_glob_comma_and_brace_characters_work(env, tmp_path):

@@ -66,6 +66,12 @@ class BuildConfig:
     log: Callable[[str], None] = print
 
     def validate(self) -> None:
+        fs.check_spellings({"--corpus-dir": self.corpus_dir, "--output-dir": self.output_dir,
+                            "--vocab-file": self.vocab_file, "--spm-model": self.spm_model})
+        if fs.relation(self.output_dir, self.corpus_dir) in ("same", "inside"):
+            raise BuildError(f"--output-dir {self.output_dir} is inside --corpus-dir "
+                             f"{self.corpus_dir}; its shards would be read as text by the next "
+                             "run. Choose another place")
         sources = [n for n, v in (("--vocab-file", self.vocab_file), ("--spm-model", self.spm_model),
                                   ("--vocab-size", self.vocab_size)) if v is not None]
         if len(sources) != 1:
@@ -377,11 +383,6 @@ def _build_dataset(cfg: BuildConfig) -> dict:
     start_time = time.time()
     cfg.validate()
     log = cfg.log
-    corpus_real = fs.realpath(cfg.corpus_dir).rstrip("/")
-    output_real = fs.realpath(cfg.output_dir).rstrip("/")
-    if output_real == corpus_real or output_real.startswith(corpus_real + os.sep):
-        raise BuildError(f"--output-dir {cfg.output_dir} is inside --corpus-dir {cfg.corpus_dir}; "
-                         f"its shards would be read as text by the next run. Choose another place")
     files = corpus.find_input_files(cfg.corpus_dir)
     problems = [f.problem for f in files if f.problem is not None]
     if problems and not cfg.skip_bad_files:
