@@ -73,7 +73,6 @@ def test_the_record_holds_every_objective_and_family():
 
 
 # One test per run, so that a parallel session spreads them over its workers.
-@pytest.mark.slow
 @pytest.mark.parametrize("name", _recorded_runs("pretrain/"))
 def test_pretraining_objective_computes_what_it_did(name, tmp_path):
     tool = _tool()
@@ -83,7 +82,6 @@ def test_pretraining_objective_computes_what_it_did(name, tmp_path):
     _assert_close(run, json.loads(RECORD.read_text())[run], now[run])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", _recorded_runs("finetune/"))
 def test_finetuning_family_computes_what_it_did(name, shared_data, tmp_path):
     os.environ.setdefault("ELECTRA_SHARED_DATA", str(shared_data))
