@@ -12,6 +12,7 @@ initialised.
 """
 import logging
 import os
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -51,8 +52,9 @@ def check_run(config: PretrainingConfig, chief: bool
     data files."""
     special_ids = load_special_ids(config)
     files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
-    check_data_matches(config, files)
-    if config.do_eval or (config.do_train and config.eval_every_steps > 0):
+    evaluating = config.do_eval or (config.do_train and config.eval_every_steps > 0)
+    check_data_matches(config, files, evaluating)
+    if evaluating:
         evaluation.check_eval_data(config, files)
     checkpoint.check_path(config.model_dir, "model dir")
     config.check_output_paths(["results_txt", "results_json"], [])
@@ -94,45 +96,84 @@ def load_special_ids(config: PretrainingConfig) -> SpecialIds:
     return SpecialIds.from_vocab(vocab, where=f"vocab file {config.vocab_file}")
 
 
-def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFiles) -> None:
-    """Refuses tfrecords built for another max_seq_length or vocabulary size (they would fail
-    deep inside tf.data, or index past the embedding table), naming the file that says so."""
-    directory = os.path.dirname(files.train[0])
-    metadata_path = os.path.join(directory, "metadata.json")
-    if fs.isfile(metadata_path):
-        metadata = io_utils.read_json(metadata_path)
-        built_sha = metadata.get("vocab_sha256")
-        # Same size is not enough: another vocabulary gives the ids other meanings.
-        if isinstance(built_sha, str) and built_sha != io_utils.sha256_file(config.vocab_file):
+class _DataGroup(NamedTuple):
+    """Shards checked together, and how messages name them and say what to do."""
+    paths: list[str]
+    noun: str  # "tfrecords", "held-out tfrecords"
+    where: str  # "" or " (hparam eval_tfrecords)": where the user chose them
+    fix: str  # formatted with key, built, wanted
+
+
+def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFiles,
+                       evaluating: bool = False) -> None:
+    """Refuses tfrecords built for another max_seq_length or vocabulary (they would fail deep
+    inside tf.data, or index past the embedding table), naming the file that says so: the
+    training shards, and the held-out ones when `evaluating` (one check for both)."""
+    groups = [_DataGroup(files.train, "tfrecords", "",
+                         "set \"{key}\": {built} or rebuild the data")]
+    if evaluating and files.eval:
+        where = "hparam eval_tfrecords" if config.eval_tfrecords else "metadata.json eval_files"
+        groups.append(_DataGroup(
+            files.eval, "held-out tfrecords", f" ({where})",
+            "rebuild the held-out data with {key} {wanted}, or point eval_tfrecords at held-out "
+            "data built like the training data"))
+    for group in groups:
+        for directory in sorted({os.path.dirname(p) for p in group.paths}):
+            _check_metadata(config, files, directory, group)
+        _check_first_example(config, group)
+
+
+def _check_metadata(config: PretrainingConfig, files: input_pipeline.DataFiles, directory: str,
+                    group: _DataGroup) -> None:
+    """The build settings metadata.json records in `directory` against the hparams, and the
+    sizes of the shards it lists."""
+    metadata_path = os.path.join(directory, pretrain_data.METADATA_FILE)
+    if not fs.isfile(metadata_path):
+        return
+    metadata = io_utils.read_json(metadata_path)
+    named = f"{group.noun} in {directory}{group.where}"
+    built_sha = metadata.get("vocab_sha256")
+    # Same size is not enough: another vocabulary gives the ids other meanings.
+    if isinstance(built_sha, str) and built_sha != io_utils.sha256_file(config.vocab_file):
+        raise HParamError(
+            f"vocabulary {config.vocab_file} is not the one the {named} were built with "
+            f"({metadata.get('vocab_file', '?')}, sha256 {built_sha[:12]}... in "
+            f"{metadata_path}); set \"vocab_file\" to that vocabulary, or rebuild the data "
+            "with this one")
+    for key in ("max_seq_length", "vocab_size"):
+        built, wanted = metadata.get(key), getattr(config, key)
+        if isinstance(built, int) and built != wanted:
             raise HParamError(
-                f"vocabulary {config.vocab_file} is not the one the tfrecords in {directory} "
-                f"were built with ({metadata.get('vocab_file', '?')}, sha256 {built_sha[:12]}... "
-                f"in {metadata_path}); set \"vocab_file\" to that vocabulary, or rebuild the "
-                "data with this one")
-        for key in ("max_seq_length", "vocab_size"):
-            built, wanted = metadata.get(key), getattr(config, key)
-            if isinstance(built, int) and built != wanted:
-                raise HParamError(
-                    f"the tfrecords in {directory} were built with {key} {built} "
-                    f"({metadata_path}) but hparam {key} is {wanted}; set \"{key}\": {built} "
-                    "or rebuild the data")
-        sizes = metadata.get("shard_bytes")
-        for path in (files.train + files.eval) if isinstance(sizes, dict) else ():
-            expected = sizes.get(os.path.basename(path)) if os.path.dirname(path) == directory \
-                else None
-            if isinstance(expected, int) and fs.getsize(path) != expected:
-                raise record_check.DamagedRecordFileError(
-                    f"pre-training tfrecord file {path} has {fs.getsize(path)} bytes but "
-                    f"the build wrote {expected} ({metadata_path}): a truncated or partial copy; "
-                    "copy it again or rebuild the data")
-    first = next((f for f in files.train if fs.getsize(f) > 0), None)
-    for record in tf.data.TFRecordDataset(first).take(1):
+                f"the {named} were built with {key} {built} ({metadata_path}) but hparam {key} "
+                f"is {wanted}; " + group.fix.format(key=key, built=built, wanted=wanted))
+    sizes = metadata.get("shard_bytes")
+    for path in (files.train + files.eval) if isinstance(sizes, dict) else ():
+        expected = sizes.get(os.path.basename(path)) if os.path.dirname(path) == directory \
+            else None
+        if isinstance(expected, int) and fs.getsize(path) != expected:
+            raise record_check.DamagedRecordFileError(
+                f"pre-training tfrecord file {path} has {fs.getsize(path)} bytes but "
+                f"the build wrote {expected} ({metadata_path}): a truncated or partial copy; "
+                "copy it again or rebuild the data")
+
+
+def _check_first_example(config: PretrainingConfig, group: _DataGroup) -> None:
+    """The length of the group's first example (shards without a metadata.json say it nowhere
+    else)."""
+    first = next((f for f in group.paths if fs.getsize(f) > 0), None)
+    file_noun = group.noun[:-1]  # "held-out tfrecord"
+    try:
+        records = list(tf.data.TFRecordDataset(first).take(1)) if first else []
+    except tf.errors.DataLossError as e:
+        raise record_check.damaged_file_error([first], e, file_noun + " file") from None
+    for record in records:
         example = tf.train.Example.FromString(record.numpy())
         length = len(example.features.feature["input_ids"].int64_list.value)
         if length != config.max_seq_length:
             raise HParamError(
-                f"{first} holds examples of {length} tokens but hparam max_seq_length is "
-                f"{config.max_seq_length}; set \"max_seq_length\": {length} or rebuild the data")
+                f"{file_noun} {first}{group.where} holds examples of {length} tokens but hparam "
+                f"max_seq_length is {config.max_seq_length}; " + group.fix.format(
+                    key="max_seq_length", built=length, wanted=config.max_seq_length))
 
 
 # -- the model dir -----------------------------------------------------------------------------

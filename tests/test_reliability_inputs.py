@@ -35,6 +35,7 @@ import score_text
 from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
 from model import model_dir as model_dir_lib
+from pretrain import pretrain_data
 from util import checkpoint, distribution, hparams, io_utils
 from util import training_utils as tu
 
@@ -492,6 +493,65 @@ def pretrain_tfrecords_of_another_length(env, tmp):
     return pretrain(copy_data(env, tmp), **dict(env.hparams, max_seq_length=24)), [
         r"pretrain_tfrecords were built with max_seq_length 16 \(.*metadata\.json\) but hparam "
         r"max_seq_length is 24"]
+
+
+def held_out_data(tmp, seq_len=fx.SEQ_LEN, metadata=None) -> str:
+    """A held-out set of its own (as eval_tfrecords names it): 16 examples of `seq_len` tokens,
+    with a metadata.json of `metadata` beside it when given. Returns its glob."""
+    directory = tmp / "heldout"
+    directory.mkdir()
+    rng = np.random.RandomState(0)
+    successor = rng.permutation(fx.NUM_WORDS)
+    records = [pretrain_data.serialize_example(*fx.make_example(rng, successor, seq_len))
+               for _ in range(16)]
+    pretrain_data.write_examples(str(directory / "heldout.tfrecord"), records)
+    if metadata is not None:
+        (directory / "metadata.json").write_text(json.dumps(metadata))
+    return str(directory / "*.tfrecord")
+
+
+def evaluate_on(env, tmp, held_out: str, **hparams):
+    """Pre-training of the shared data, evaluated on `held_out` (its eval_tfrecords)."""
+    return pretrain(copy_data(env, tmp), **{**env.hparams, "do_eval": True,
+                                            "eval_tfrecords": held_out, **hparams})
+
+
+@case
+def pretrain_eval_tfrecords_of_another_length(env, tmp):
+    # Passed every check, trained, then ended in a traceback at the first eval (exit 1).
+    held_out = held_out_data(tmp, 24, {"max_seq_length": 24, "vocab_size": fx.VOCAB_SIZE})
+    return evaluate_on(env, tmp, held_out), [
+        r"held-out tfrecords in .*heldout \(hparam eval_tfrecords\) were built with "
+        r"max_seq_length 24 \(.*heldout/metadata\.json\) but hparam max_seq_length is 16",
+        r"rebuild the held-out data"]
+
+
+@case
+def pretrain_eval_tfrecords_of_another_length_without_metadata(env, tmp):
+    # Shards of another tool: only their examples say how long they are.
+    held_out = held_out_data(tmp, 24)
+    return evaluate_on(env, tmp, held_out, do_eval=False, eval_every_steps=1), [
+        r"held-out tfrecord .*heldout/heldout\.tfrecord \(hparam eval_tfrecords\) holds "
+        r"examples of 24 tokens but hparam max_seq_length is 16"]
+
+
+@case
+def pretrain_eval_tfrecords_of_another_vocabulary(env, tmp):
+    # Same length, ids of another vocabulary: evaluated without a word.
+    held_out = held_out_data(tmp, metadata={"max_seq_length": fx.SEQ_LEN, "vocab_size": 40})
+    return evaluate_on(env, tmp, held_out), [
+        r"held-out tfrecords in .*heldout \(hparam eval_tfrecords\) were built with "
+        r"vocab_size 40 \(.*metadata\.json\) but hparam vocab_size is 32"]
+
+
+@case
+def pretrain_eval_tfrecords_of_another_vocabulary_of_the_same_size(env, tmp):
+    other = other_vocab_of_the_same_size(tmp / "other_vocab.txt")
+    held_out = held_out_data(tmp, metadata={"max_seq_length": fx.SEQ_LEN, "vocab_file": other,
+                                            "vocab_sha256": io_utils.sha256_file(other)})
+    return evaluate_on(env, tmp, held_out), [
+        r"vocabulary .*data/vocab\.txt is not the one the held-out tfrecords in .*heldout "
+        r"\(hparam eval_tfrecords\) were built with \(.*other_vocab\.txt, sha256"]
 
 
 @case
