@@ -68,7 +68,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
           else contextlib.nullcontext()) as lock:
         trainer = Trainer(config, special_ids, strategy)
         _log_config(config, trainer)
-        how = run_setup.restore_or_init(config, trainer)
+        how = run_setup.restore_or_init(config, trainer, files.train)
         log.info("%s; training files: %d, held-out files: %d", how, len(files.train),
                  len(files.eval))
         monitor = evaluation.new_monitor(config) if chief else None

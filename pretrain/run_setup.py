@@ -5,10 +5,11 @@ initialised.
   `check_data_matches`: the vocabulary and the tfrecords agree with the hparams (a mismatch would
   fail deep inside tf.data, or index past the embedding table);
 - `restore_or_init`: resumes from the model dir's newest readable checkpoint, refusing another
-  model (ARCHITECTURE_KEYS, util/resume.py) or another vocabulary; else applies init_checkpoint,
-  refusing a fine-tuned one;
+  model (ARCHITECTURE_KEYS, util/resume.py), another vocabulary or changed training tfrecords
+  (`continue_data`, unless resume_on_changed_data); else applies init_checkpoint, refusing a
+  fine-tuned one;
 - `prepare_model_dir`: the files beside the checkpoints (resolved config, architecture configs,
-  a copy of the vocabulary).
+  a copy of the vocabulary, the identity of the training tfrecords: pretrain/data_record.py).
 """
 import logging
 import os
@@ -19,7 +20,7 @@ import tensorflow as tf
 from configure_pretraining import PretrainingConfig
 from model import model_dir as model_dir_lib
 from model import tokenization
-from pretrain import evaluation, input_pipeline, pretrain_data
+from pretrain import data_record, evaluation, input_pipeline, pretrain_data
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
 from util import checkpoint, fs, io_utils, record_check, resume
@@ -223,10 +224,31 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
     if trainer.model.generator_config is not None:
         io_utils.write_text(os.path.join(d, model_dir_lib.GENERATOR_CONFIG_FILE),
                             trainer.model.generator_config.to_json_string() + "\n")
+    if trainer.data_record is not None:
+        io_utils.write_json(data_record.path(d), trainer.data_record)
     vocab_copy = _vocab_copy_path(config)
     if fs.abspath(vocab_copy) != fs.abspath(config.vocab_file) and not (
             fs.exists(vocab_copy) and fs.same_content(vocab_copy, config.vocab_file)):
         io_utils.copy_file(config.vocab_file, vocab_copy)
+
+
+def continue_data(config: PretrainingConfig, trainer: Trainer, train_files: list[str]) -> str:
+    """The data order a resumed run continues on: its own while its training tfrecords are the
+    ones data_record.RECORD_FILE names (exact resume); on changed ones a refusal, or with
+    resume_on_changed_data a new order from the new files' start. Returns a note for the log."""
+    step = trainer.global_step
+    record, changed = data_record.check(config.model_dir, train_files, config.seed, step,
+                                        config.resume_on_changed_data)
+    trainer.data_record = record
+    trainer.data_seed = record["data_seed"]
+    if step == record["since_step"] and step > 0:  # a checkpoint of the old files' stream
+        trainer.input_position.assign(input_pipeline.START)
+    if changed:
+        log.warning("training tfrecords changed since step %d (%s): continuing on a new data "
+                    "order (resume_on_changed_data), from the start of the new files' stream",
+                    step, "; ".join(changed))
+        return "; a new data order (the training tfrecords changed)"
+    return ""
 
 
 def check_init_is_not_finetuned(path: str) -> None:
@@ -245,9 +267,11 @@ def check_init_is_not_finetuned(path: str) -> None:
         + (f" ({source})" if isinstance(source, str) and source else ""))
 
 
-def restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
+def restore_or_init(config: PretrainingConfig, trainer: Trainer,
+                    train_files: list[str] | None = None) -> str:
     """Resumes from the model dir's newest readable checkpoint, else applies init_checkpoint;
-    returns what it did, for the log."""
+    returns what it did, for the log. With `train_files` (a training run), also settles the
+    data order the run continues on (`continue_data`)."""
     latest = (checkpoint.latest_valid(config.model_dir, strict=True)
               if fs.isdir(config.model_dir) else None)
     saved_config = os.path.join(config.model_dir, model_dir_lib.PRETRAIN_CONFIG_FILE)
@@ -261,7 +285,12 @@ def restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
         if config.init_checkpoint:
             log.info("model dir has checkpoints: init_checkpoint %s is ignored",
                      config.init_checkpoint)
-        return f"resumed from {latest} at step {trainer.global_step}"
+        how = f"resumed from {latest} at step {trainer.global_step}"
+        if train_files and config.do_train:
+            how += continue_data(config, trainer, train_files)
+        return how
+    if train_files and config.do_train:
+        trainer.data_record = data_record.fresh(train_files, config.seed)
     if config.init_checkpoint:
         check_init_is_not_finetuned(config.init_checkpoint)
         report = trainer.init_from(config.init_checkpoint, config.init_checkpoint_keep_step)

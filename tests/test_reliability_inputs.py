@@ -21,6 +21,7 @@ import typing
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -398,7 +399,10 @@ def pretrain_empty_tfrecords(env, tmp):
 @case
 def pretrain_corrupted_tfrecord(env, tmp):
     data = copy_data(env, tmp)
-    copy_model(env, data, num_train_steps=40)  # a checkpoint at step 2 that must survive
+    model = copy_model(env, data, num_train_steps=40)  # a checkpoint at step 2 that must survive
+    # A model dir without the record of its tfrecords (written before there was one): resumed
+    # without a comparison, so the damage is met mid-run (with it, the edit is refused first).
+    os.remove(os.path.join(model, "training_data.json"))
     shard = os.path.join(data, "pretrain_tfrecords", "pretrain_data.tfrecord-1-of-4")
     raw = bytearray(open(shard, "rb").read())
     raw[300] ^= 0xFF  # inside the third record: its CRC no longer matches
@@ -583,6 +587,49 @@ def pretrain_resume_with_another_model_size(env, tmp):
     return pretrain(data, "tiny", **dict(env.hparams, model_hparam_overrides=bigger)), [
         r"models/tiny holds checkpoints of another model \(model_hparam_overrides: .*"
         r"'hidden_size': 32.* -> .*'hidden_size': 64", r"pretrain_config\.json"]
+
+
+def resume_on_changed_shards(env, tmp, change) -> typing.Callable:
+    """Resuming the shared model (checkpoint at step 2) after `change`(shard dir) of its
+    training tfrecords."""
+    data = copy_data(env, tmp)
+    copy_model(env, data, num_train_steps=4)
+    change(os.path.join(data, "pretrain_tfrecords"))
+    return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4))
+
+
+CHANGED_DATA = (r"models/tiny was trained to step 2 on other training tfrecords \(",
+                r"compared with .*models/tiny/training_data\.json\)",
+                r"set \"resume_on_changed_data\": true to continue on a new data order")
+
+
+@case
+def pretrain_resume_on_added_tfrecords(env, tmp):
+    # Went on silently: the saved data position then points into another stream.
+    def add(shards):
+        shutil.copy(os.path.join(shards, "pretrain_data.tfrecord-0-of-4"),
+                    os.path.join(shards, "pretrain_data.tfrecord-extra"))
+    return resume_on_changed_shards(env, tmp, add), [
+        *CHANGED_DATA, r"pretrain_data\.tfrecord-extra: added"]
+
+
+@case
+def pretrain_resume_on_removed_tfrecords(env, tmp):
+    def remove(shards):
+        os.remove(os.path.join(shards, "pretrain_data.tfrecord-1-of-4"))
+    return resume_on_changed_shards(env, tmp, remove), [
+        *CHANGED_DATA, r"pretrain_data\.tfrecord-1-of-4: removed"]
+
+
+@case
+def pretrain_resume_on_rewritten_tfrecords(env, tmp):
+    # The same records in another order: same name, same size.
+    def rewrite(shards):
+        shard = os.path.join(shards, "pretrain_data.tfrecord-0-of-4")
+        records = [r.numpy() for r in tf.data.TFRecordDataset(shard)]
+        pretrain_data.write_examples(shard, records[::-1])
+    return resume_on_changed_shards(env, tmp, rewrite), [
+        *CHANGED_DATA, r"pretrain_data\.tfrecord-0-of-4\.ends_sha256: content changed"]
 
 
 @case
@@ -1417,6 +1464,42 @@ def test_symlinked_corpus_directories_are_read_once(tmp_path):
     assert metadata["num_examples"] > 0
     files = build_pretraining_dataset.corpus.find_input_files(str(tmp_path / "corpus"))
     assert [f.relpath for f in files] == ["linked/a.txt"]
+
+
+def test_resume_on_changed_data_continues_on_a_new_data_order(env, tmp_path, caplog):
+    """resume_on_changed_data: the run continues from its checkpoint (step 2) on a new data
+    order: the new files' stream from its start, under a seed of its own, recorded in the model
+    dir; a resume from that same checkpoint (killed before its next save) starts that order
+    again, without a new warning. (The default refuses: catalogue pretrain_resume_on_*.)"""
+    from pretrain import data_record, input_pipeline, run_setup
+    from pretrain.trainer import Trainer
+    caplog.set_level("WARNING")
+    data = copy_data(env, tmp_path)
+    hparams = dict(env.hparams, num_train_steps=4, resume_on_changed_data=True)
+    copy_model(env, data, **hparams)
+    os.remove(os.path.join(data, "pretrain_tfrecords", "pretrain_data.tfrecord-1-of-4"))
+    config = PretrainingConfig.from_hparams("tiny", data, hparams)
+    special_ids, files = run_setup.check_run(config, chief=True)
+    seeds = []
+    for attempt in range(2):
+        trainer = Trainer(config, special_ids)
+        how = run_setup.restore_or_init(config, trainer, files.train)
+        assert trainer.global_step == 2
+        assert tuple(trainer.input_position.numpy()) == input_pipeline.START
+        assert trainer.data_record["since_step"] == 2
+        assert "pretrain_data.tfrecord-1-of-4" not in trainer.data_record["files"]
+        seeds.append(trainer.data_seed)
+        if attempt == 0:
+            assert "a new data order" in how
+            assert re.search(r"training tfrecords changed since step 2 \(pretrain_data\."
+                             r"tfrecord-1-of-4: removed\): continuing on a new data order",
+                             caplog.text)
+            run_setup.prepare_model_dir(config, trainer)  # what the run writes as it starts
+            caplog.clear()
+        else:
+            assert "new data order" not in how and "changed" not in caplog.text
+    assert seeds[0] == seeds[1] != config.seed
+    assert data_record.read(config.model_dir) == trainer.data_record
 
 
 # -- every hparam, every wrong type and out-of-range value (property test) --------------------
