@@ -37,7 +37,7 @@ from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
 from model import model_dir as model_dir_lib
 from pretrain import pretrain_data
-from util import checkpoint, distribution, hparams, io_utils
+from util import checkpoint, distribution, hparams, io_utils, out_of_memory
 from util import training_utils as tu
 
 from tests.test_finetune_data import FIXTURES, write_fixtures
@@ -1500,6 +1500,77 @@ def test_resume_on_changed_data_continues_on_a_new_data_order(env, tmp_path, cap
             assert "new data order" not in how and "changed" not in caplog.text
     assert seeds[0] == seeds[1] != config.seed
     assert data_record.read(config.model_dir) == trainer.data_record
+
+
+# -- out of memory: one line, the sizes, the levers -----------------------------------------
+
+
+def _oom(*_, **__):
+    raise tf.errors.ResourceExhaustedError(
+        None, None, "Graph execution error:\n\nDetected at node dense/MatMul defined at ...\n"
+        "OOM when allocating tensor with shape[8,16,30522] and type float on "
+        "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu\n\t [[{{node dense}}]]")
+
+
+def _python_oom(*_, **__):
+    raise MemoryError()
+
+
+def _oom_pretrain(env, tmp, monkeypatch):
+    from pretrain.trainer import Trainer
+    monkeypatch.setattr(Trainer, "train_steps", _oom)
+    data = copy_data(env, tmp)
+    copy_model(env, data, num_train_steps=4, do_eval=True)  # its checkpoint is kept
+    return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4, do_eval=True)), [
+        r"out of memory with train_batch_size 8, eval_batch_size 8 and max_seq_length 16 \(OOM "
+        r"when allocating tensor with shape\[8,16,30522\] .*by allocator cpu\); to fit, lower "
+        r"train_batch_size, or raise gradient_accumulation_steps .*set recompute_grad true; "
+        r"lower eval_batch_size .*Checkpoints already written in .*models/tiny are kept"]
+
+
+def _oom_finetune(env, tmp, monkeypatch):
+    from finetune import trainer
+    monkeypatch.setattr(trainer.ModelRunner, "train", _python_oom)
+    return finetune(env, tmp), [
+        r"out of memory with train_batch_size 4, eval_batch_size 4 and max_seq_length 16 "
+        r"\(MemoryError\); to fit, lower eval_batch_size .*or train_batch_size or max_seq_length"]
+
+
+def _oom_predict(env, tmp, monkeypatch):
+    monkeypatch.setattr(predict, "predict", _oom)
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return _predict(env.model_dir, "--input", tmp / "new.txt", "--batch-size", 64), [
+        r"out of memory with --batch-size 64 and the trial's max_seq_length \(OOM when "
+        r"allocating .*\); to fit, pass a smaller --batch-size; --output was not written"]
+
+
+def _oom_score_text(env, tmp, monkeypatch):
+    monkeypatch.setattr(score_text, "score", _python_oom)
+    return (lambda: score_text.main(["--model-dir", env.model_dir, "w1 w2", "w3"])), [
+        r"out of memory with 2 text\(s\) in one batch of up to the model's max_seq_length "
+        r"tokens \(MemoryError\); to fit, score fewer texts per call, or pass a smaller "
+        r"--max-seq-length"]
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "predict", "score_text"])
+def test_out_of_memory_is_one_line_naming_the_batch_and_the_levers(
+        command, env, tmp_path, monkeypatch, caplog, capsys):
+    """TensorFlow's ResourceExhaustedError or Python's MemoryError in a command that trains or
+    predicts (raised here by the step, the run or the scoring) used to be a traceback of some 70
+    lines and exit 1: now one line naming the sizes in use and the settings that shrink them,
+    exit 4 (util/out_of_memory.py), and nothing already written changes."""
+    act, patterns = globals()[f"_oom_{command}"](env, tmp_path, monkeypatch)
+    before = snapshot(env.root, str(tmp_path))
+    capsys.readouterr()
+    caplog.clear()
+    assert act() == out_of_memory.EXIT_OUT_OF_MEMORY == 4
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert "Traceback" not in capsys.readouterr().err
+    for pattern in patterns:
+        assert re.search(pattern, errors[0]), f"{pattern!r} not in:\n{errors[0]}"
+    after = snapshot(env.root, str(tmp_path))
+    assert not sorted(p for p, digest in before.items() if after.get(p) != digest)
 
 
 # -- every hparam, every wrong type and out-of-range value (property test) --------------------
