@@ -44,10 +44,21 @@ def _probe(path: str) -> str:
     return digest.hexdigest()
 
 
+def _common_dir(files: list[str]) -> str:
+    """The deepest directory holding every file, by "/"-separated parts (URLs keep their
+    "scheme://", which os.path.commonpath would fold)."""
+    common = []
+    for parts in zip(*(os.path.dirname(f).split("/") for f in files)):
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    return "/".join(common)
+
+
 def identity(files: list[str]) -> dict:
     """{"files": ..., "metadata_sha256": ...} of the training shards `files`."""
-    root = os.path.dirname(files[0]) if len(files) == 1 else os.path.commonpath(files)
-    out = {"files": {fs.relpath(p, root): {"bytes": fs.getsize(p), "ends_sha256": _probe(p)}
+    root = _common_dir(files)
+    out = {"files": {p[len(root) + 1:]: {"bytes": fs.getsize(p), "ends_sha256": _probe(p)}
                      for p in sorted(files)}}
     metadata = os.path.join(root, "metadata.json")
     if fs.isfile(metadata):

@@ -1425,9 +1425,122 @@ def score_text_missing_checkpoint(env, tmp):
         r"checkpoint .*model\.ckpt-9 not found"]
 
 
+# -- tools/inspect_run.py ---------------------------------------------------------------------
+
+
+def inspect_run(*args):
+    from tests.test_docs import load_tool
+    return lambda: load_tool("inspect_run").main([str(a) for a in args])
+
+
+def run_copy(env, tmp, history: str | None = None) -> str:
+    """A copy of the shared pre-training model dir, with `history` as its eval history file."""
+    model = str(tmp / "run")
+    shutil.copytree(env.model_dir, model)
+    if history is not None:
+        os.makedirs(os.path.join(model, "results"), exist_ok=True)
+        with open(os.path.join(model, "results", "unsup_results_history.json"), "w") as f:
+            f.write(history)
+    return model
+
+
+@case
+def inspect_missing_dir(env, tmp):
+    return inspect_run(tmp / "nowhere"), [r"^inspect_run: .*nowhere does not exist$"]
+
+
+@case
+def inspect_a_file(env, tmp):
+    (tmp / "f").write_text("x")
+    return inspect_run(tmp / "f"), [r"^inspect_run: .*/f is a file, not a model dir$"]
+
+
+@case
+def inspect_dir_without_a_run(env, tmp):
+    return inspect_run(tmp), [r"^inspect_run: .* holds no evals .* and no TensorBoard events: is "
+                              r"it a pre-training model dir or a fine-tuning trial dir\?$"]
+
+
+@case
+def inspect_malformed_history(env, tmp):
+    # Was a JSONDecodeError traceback.
+    return inspect_run(run_copy(env, tmp, '[{"global_step": 2,}]')), [
+        r"^inspect_run: .*results/unsup_results_history\.json:1:\d+: invalid JSON: .*$"]
+
+
+@case
+def inspect_empty_history(env, tmp):
+    return inspect_run(run_copy(env, tmp, "")), [
+        r"^inspect_run: .*unsup_results_history\.json is empty: a run killed while writing it"]
+
+
+@case
+def inspect_history_of_another_shape(env, tmp):
+    return inspect_run(run_copy(env, tmp, '{"global_step": 2}')), [
+        r"^inspect_run: .*unsup_results_history\.json holds a JSON dict, not the list of evals"]
+
+
+@case
+def inspect_history_entry_without_a_step(env, tmp):
+    # Was a KeyError traceback.
+    return inspect_run(run_copy(env, tmp, '[{"loss": 1.0}]')), [
+        r"^inspect_run: .*unsup_results_history\.json: eval 0 is not an eval record \(an object "
+        r"with an integer global_step"]
+
+
+@case
+def inspect_malformed_pretrain_config(env, tmp):
+    model = run_copy(env, tmp, '[{"global_step": 2, "loss": 1.0, "health": {}}]')
+    with open(os.path.join(model, "pretrain_config.json"), "w") as f:
+        f.write("{")
+    return inspect_run(model), [r"^inspect_run: .*/pretrain_config\.json:1:2: invalid JSON"]
+
+
+@case
+def inspect_trial_with_malformed_results(env, tmp):
+    trial = fake_trial(env, tmp)
+    (tmp / "sst_model_1" / "eval_results.json").write_text('{"results": [1, 2]}')
+    return inspect_run(trial), [
+        r"^inspect_run: .*sst_model_1/eval_results\.json is not a trial's eval record"]
+
+
+@case
+def inspect_trial_with_an_empty_config(env, tmp):
+    trial = fake_trial(env, tmp)
+    (tmp / "sst_model_1" / "finetune_config.json").write_text("")
+    return inspect_run(trial), [r"^inspect_run: .*sst_model_1/finetune_config\.json is empty"]
+
+
+def test_inspect_run_reports_a_fine_tuning_trial_and_its_collapse(env, tmp_path, capsys):
+    """On a trial dir the page is that trial's (step, dev results, collapse), not pre-training
+    advice; a halted trial is said to be one; --verbose is accepted as by every command."""
+    trial = fake_trial(env, tmp_path)
+    record = {"trial": 1, "global_step": 9, "train_steps": 9,
+              "results": {"sst": {"accuracy": 0.5, "loss": 0.69}},
+              "collapsed": {"sst": "every dev prediction is class 1"}}
+    (tmp_path / "sst_model_1" / "eval_results.json").write_text(json.dumps(record))
+    assert inspect_run(trial, "--verbose")() == 0
+    page = capsys.readouterr().out
+    assert page.startswith(f"fine-tuning trial 1 {trial}: step 9 of 9, finished\n")
+    assert "  sst: accuracy = 0.5000, loss = 0.6900" in page
+    assert "collapsed: its dev predictions carry no information" in page
+    assert "  sst: every dev prediction is class 1" in page
+    assert "health at the newest eval" not in page and "eval_every_steps" not in page
+
+    record["collapsed"] = {}
+    (tmp_path / "sst_model_1" / "eval_results.json").write_text(json.dumps(record))
+    assert inspect_run(trial)() == 0
+    assert "collapsed: no" in capsys.readouterr().out
+
+    os.remove(tmp_path / "sst_model_1" / "eval_results.json")
+    assert inspect_run(trial)() == 0
+    assert re.search(r"checkpoint at step 3; no eval record \(eval_results\.json\): halted "
+                     r"before its eval", capsys.readouterr().out)
+
+
 def test_the_catalogue_is_large_and_covers_every_command():
     commands = {name.split("_")[0] for name in CASES}
-    assert commands == {"build", "pretrain", "finetune", "export", "score", "predict"}
+    assert commands == {"build", "pretrain", "finetune", "export", "score", "predict", "inspect"}
     assert len(CASES) >= 30
 
 
