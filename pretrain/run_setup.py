@@ -159,8 +159,8 @@ def _check_metadata(config: PretrainingConfig, files: input_pipeline.DataFiles, 
 
 
 def _check_first_example(config: PretrainingConfig, group: _DataGroup) -> None:
-    """The length of the group's first example (shards without a metadata.json say it nowhere
-    else)."""
+    """The length and the token ids of the group's first example (shards without a
+    metadata.json say them nowhere else)."""
     first = next((f for f in group.paths if fs.getsize(f) > 0), None)
     file_noun = group.noun[:-1]  # "held-out tfrecord"
     try:
@@ -169,12 +169,21 @@ def _check_first_example(config: PretrainingConfig, group: _DataGroup) -> None:
         raise record_check.damaged_file_error([first], e, file_noun + " file") from None
     for record in records:
         example = tf.train.Example.FromString(record.numpy())
-        length = len(example.features.feature["input_ids"].int64_list.value)
-        if length != config.max_seq_length:
+        ids = example.features.feature["input_ids"].int64_list.value
+        if len(ids) != config.max_seq_length:
             raise HParamError(
-                f"{file_noun} {first}{group.where} holds examples of {length} tokens but hparam "
-                f"max_seq_length is {config.max_seq_length}; " + group.fix.format(
-                    key="max_seq_length", built=length, wanted=config.max_seq_length))
+                f"{file_noun} {first}{group.where} holds examples of {len(ids)} tokens but "
+                f"hparam max_seq_length is {config.max_seq_length}; " + group.fix.format(
+                    key="max_seq_length", built=len(ids), wanted=config.max_seq_length))
+        # Another vocabulary shows when an id falls outside this one (the embedding lookup
+        # would fail mid-run); a smaller one only through metadata.json's vocab_sha256.
+        if max(ids, default=0) >= config.vocab_size:
+            raise HParamError(
+                f"{file_noun} {first}{group.where} holds token id {max(ids)}, outside hparam "
+                f"vocab_size {config.vocab_size}: it was built with another vocabulary; "
+                + ("give the vocabulary it was built with (vocab_file, vocab_size), or rebuild "
+                   "the data" if not group.where else group.fix.format(
+                       key="vocabulary", wanted=config.vocab_file)))
 
 
 # -- the model dir -----------------------------------------------------------------------------

@@ -499,15 +499,18 @@ def pretrain_tfrecords_of_another_length(env, tmp):
         r"max_seq_length is 24"]
 
 
-def held_out_data(tmp, seq_len=fx.SEQ_LEN, metadata=None) -> str:
-    """A held-out set of its own (as eval_tfrecords names it): 16 examples of `seq_len` tokens,
-    with a metadata.json of `metadata` beside it when given. Returns its glob."""
+def held_out_data(tmp, seq_len=fx.SEQ_LEN, metadata=None, id_shift=0) -> str:
+    """A held-out set of its own (as eval_tfrecords names it): 16 examples of `seq_len` tokens
+    (word ids moved up by `id_shift`), with a metadata.json of `metadata` beside it when given.
+    Returns its glob."""
     directory = tmp / "heldout"
     directory.mkdir()
     rng = np.random.RandomState(0)
     successor = rng.permutation(fx.NUM_WORDS)
-    records = [pretrain_data.serialize_example(*fx.make_example(rng, successor, seq_len))
-               for _ in range(16)]
+    examples = [fx.make_example(rng, successor, seq_len) for _ in range(16)]
+    records = [pretrain_data.serialize_example(
+        [i + id_shift if i >= len(fx.SPECIAL) else i for i in ids], mask, segments)
+        for ids, mask, segments in examples]
     pretrain_data.write_examples(str(directory / "heldout.tfrecord"), records)
     if metadata is not None:
         (directory / "metadata.json").write_text(json.dumps(metadata))
@@ -546,6 +549,29 @@ def pretrain_eval_tfrecords_of_another_vocabulary(env, tmp):
     return evaluate_on(env, tmp, held_out), [
         r"held-out tfrecords in .*heldout \(hparam eval_tfrecords\) were built with "
         r"vocab_size 40 \(.*metadata\.json\) but hparam vocab_size is 32"]
+
+
+@case
+def pretrain_eval_tfrecords_of_a_larger_vocabulary_without_metadata(env, tmp):
+    # Ids past the embedding table: an InvalidArgumentError traceback at the first eval.
+    held_out = held_out_data(tmp, id_shift=100)
+    return evaluate_on(env, tmp, held_out), [
+        r"held-out tfrecord .*heldout/heldout\.tfrecord \(hparam eval_tfrecords\) holds token "
+        r"id 1\d\d, outside hparam vocab_size 32: it was built with another vocabulary"]
+
+
+@case
+def pretrain_tfrecords_of_a_larger_vocabulary_without_metadata(env, tmp):
+    # Shards of another tool (no metadata.json): an InvalidArgumentError traceback mid-run.
+    data = copy_data(env, tmp)
+    shards = os.path.join(data, "pretrain_tfrecords")
+    os.remove(os.path.join(shards, "metadata.json"))
+    shutil.copy(held_out_data(tmp, id_shift=100).replace("*", "heldout"),
+                os.path.join(shards, "pretrain_data.tfrecord-0-of-4"))
+    return pretrain(data, **env.hparams), [
+        r"tfrecord .*pretrain_data\.tfrecord-0-of-4 holds token id 1\d\d, outside hparam "
+        r"vocab_size 32: it was built with another vocabulary; give the vocabulary it was built "
+        r"with \(vocab_file, vocab_size\)"]
 
 
 @case

@@ -94,7 +94,7 @@ def health_spans(evals: list[dict]) -> list[tuple[str, int, int | None]]:
 
 
 def _cell(value) -> str:
-    if value is None:
+    if not isinstance(value, (int, float)):  # absent, or not a number the run wrote
         return "-"
     if abs(value) >= 1000 or (0 < abs(value) < 1e-3):
         return f"{value:.2e}"
