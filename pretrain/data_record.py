@@ -18,7 +18,8 @@ Resuming on changed files is refused (`check`), unless hparam resume_on_changed_
 run continues from its checkpoint's weights, optimizer and step on a new data order (`rekey`):
 the new files' stream from its start, seeded by (seed, step), so it differs from the run's first
 epoch. `since_step` makes that kill-safe: a checkpoint at that step predates the change, so its
-position is reset whenever it is resumed.
+position is reset whenever it is resumed. The record's data_seed also keeps the data order
+when hparam seed changes on resume (masking and dropout follow the new seed).
 """
 import hashlib
 import os
@@ -58,7 +59,8 @@ def _common_dir(files: list[str]) -> str:
 def identity(files: list[str]) -> dict:
     """{"files": ..., "metadata_sha256": ...} of the training shards `files`."""
     root = _common_dir(files)
-    out = {"files": {p[len(root) + 1:]: {"bytes": fs.getsize(p), "ends_sha256": _probe(p)}
+    out = {"files": {p[len(root):].lstrip("/"): {"bytes": fs.getsize(p),
+                                                  "ends_sha256": _probe(p)}
                      for p in sorted(files)}}
     metadata = os.path.join(root, "metadata.json")
     if fs.isfile(metadata):
@@ -71,7 +73,17 @@ def path(model_dir: str) -> str:
 
 
 def read(model_dir: str) -> dict | None:
-    return io_utils.read_json(path(model_dir)) if fs.exists(path(model_dir)) else None
+    """The model dir's record, None when it has none; ValueError naming it when malformed."""
+    if not fs.exists(path(model_dir)):
+        return None
+    record = io_utils.read_json(path(model_dir))
+    if not (isinstance(record, dict) and isinstance(record.get("files"), dict)
+            and isinstance(record.get("data_seed"), int)
+            and isinstance(record.get("since_step"), int)):
+        raise ValueError(f"{path(model_dir)} is not a record of training tfrecords (files, "
+                         "data_seed, since_step); delete it to resume without comparing the "
+                         "data")
+    return record
 
 
 def fresh(files: list[str], seed: int) -> dict:

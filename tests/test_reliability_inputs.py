@@ -659,6 +659,17 @@ def pretrain_resume_on_rewritten_tfrecords(env, tmp):
 
 
 @case
+def pretrain_resume_with_a_malformed_data_record(env, tmp):
+    def damage_record(shards):
+        with open(os.path.join(os.path.dirname(shards), "models", "tiny",
+                               "training_data.json"), "w") as f:
+            f.write('{"files": []}')
+    return resume_on_changed_shards(env, tmp, damage_record), [
+        r"models/tiny/training_data\.json is not a record of training tfrecords \(files, "
+        r"data_seed, since_step\); delete it to resume without comparing the data"]
+
+
+@case
 def pretrain_init_checkpoint_of_another_size(env, tmp):
     bigger = dict(env.hparams["model_hparam_overrides"], hidden_size=48)
     return pretrain(copy_data(env, tmp), **dict(env.hparams, model_hparam_overrides=bigger,
