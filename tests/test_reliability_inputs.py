@@ -1702,7 +1702,19 @@ def _oom_score_text(env, tmp, monkeypatch):
         r"--max-seq-length"]
 
 
-@pytest.mark.parametrize("command", ["pretrain", "finetune", "predict", "score_text"])
+def _oom_probe(env, tmp, monkeypatch):
+    from model import probing
+    from tests.test_docs import load_tool
+    probe = load_tool("probe")
+    monkeypatch.setattr(probing, "load_task", lambda *args: None)
+    monkeypatch.setattr(probe, "probe_model_dir", _oom)
+    return (lambda: probe.main(["--model-dir", env.model_dir, "--tasks", "sst"])), [
+        r"out of memory with --train-size 2000, --test-size 1000 and --max-seq-length 128 "
+        r"\(OOM when allocating .*\); to fit, lower --train-size, --test-size or "
+        r"--max-seq-length"]
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "predict", "score_text", "probe"])
 def test_out_of_memory_is_one_line_naming_the_batch_and_the_levers(
         command, env, tmp_path, monkeypatch, caplog, capsys):
     """TensorFlow's ResourceExhaustedError or Python's MemoryError in a command that trains or
