@@ -19,8 +19,9 @@ input too. Records are written as they are made (to a temporary file renamed at 
 failed or signalled run leaves no partial file behind; on gs:// or s3:// that rename is a copy
 then a delete, and a run killed between the two leaves the new output and a
 `.<name>.<pid>.*.tmp` object beside it: delete that). A trial whose training has not finished
-is predicted with a warning. Exit status: 0 done, 2 bad input or model directory, 75 stopped by
-SIGTERM/SIGINT (at the next batch; --output not written).
+is predicted with a warning. Exit status: 0 done, 2 bad input or model directory, 4 out of memory
+(pass a smaller --batch-size), 75 stopped by SIGTERM/SIGINT (at the next batch; --output not
+written).
 """
 import argparse
 import contextlib
@@ -41,6 +42,7 @@ from finetune import trainer
 from model import model_dir as model_dir_lib
 from util import fs
 from util import io_utils
+from util import out_of_memory
 from util import preemption
 from util.hparams import HParamError
 
@@ -208,6 +210,13 @@ def main(argv=None) -> int:
     except (task_lib.TaskDataError, HParamError, ValueError, OSError) as e:
         log.error("%s", e)
         return 2
+    except out_of_memory.ERRORS as e:
+        batch = (f"--batch-size {args.batch_size}" if args.batch_size
+                 else "the trial's predict_batch_size (--batch-size not given)")
+        log.error("%s", out_of_memory.message(
+            e, f"{batch} and the trial's max_seq_length",
+            "pass a smaller --batch-size; --output was not written"))
+        return out_of_memory.EXIT_OUT_OF_MEMORY
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from util import checkpoint
 from util import distribution
 from util import fs
 from util import io_utils
+from util import out_of_memory
 from util import preemption
 from util import record_check
 from util import resume
@@ -278,9 +279,21 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     return summary
 
 
+def _out_of_memory(error: BaseException,
+                   config: configure_finetuning.FinetuningConfig | None) -> str:
+    if config is None:
+        return out_of_memory.message(error, "these hparams", "lower train_batch_size")
+    return out_of_memory.message(
+        error, f"train_batch_size {config.train_batch_size}, eval_batch_size "
+        f"{config.eval_batch_size} and max_seq_length {config.max_seq_length}",
+        "lower eval_batch_size (a re-run keeps the finished trials and resumes the halted "
+        "one), or train_batch_size or max_seq_length (a trial resumes only under its own "
+        "settings: delete the halted trial's directory or set another model_dir)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry; returns the exit status (2: bad input or settings, 3: diverged,
-    75: stopped by SIGTERM/SIGINT after saving: re-run to resume)."""
+    4: out of memory, 75: stopped by SIGTERM/SIGINT after saving: re-run to resume)."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -303,6 +316,7 @@ Task data: <data-dir>/finetuning_data/<task>/. Every hparam: docs/HPARAMS.md."""
     console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     console.setup(args.verbose)
+    config = None
     try:
         with preemption.install():
             config = configure_finetuning.FinetuningConfig.from_hparams(
@@ -314,6 +328,9 @@ Task data: <data-dir>/finetuning_data/<task>/. Every hparam: docs/HPARAMS.md."""
     except training_utils.NonFiniteError as e:
         log.error("%s", e)
         return 3
+    except out_of_memory.ERRORS as e:
+        log.error("%s", _out_of_memory(e, config))
+        return out_of_memory.EXIT_OUT_OF_MEMORY
     except (ValueError, OSError, training_utils.RunLockError) as e:  # OSError: disk full...
         log.error("%s", e)
         return 2
