@@ -312,37 +312,57 @@ def test_finetuning_signal_after_a_trial_stops_before_the_next(tmp_path):
 # -- two workers -----------------------------------------------------------------------------------
 
 
+def _two_workers(data, name, hparams, chief_prefix=()):
+    """A MultiWorkerMirroredStrategy run of two processes: (chief, other). `chief_prefix`: argv
+    that runs the chief's script under a hook (tools/kill_resume.py --child ... --)."""
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    runs = []
+    for index in range(2):
+        env = _env()
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                       "task": {"type": "worker", "index": index}})
+        prefix = list(chief_prefix) if index == 0 else []
+        runs.append(Run(prefix + _script("run_pretraining.py", data, name, hparams), env=env))
+    return runs
+
+
 def test_multi_worker_one_worker_signalled_all_stop_at_the_same_step(tmp_path):
+    """The non-chief is signalled between two blocks of steps, while the chief is held inside
+    its step-4 checkpoint write (a pause, not a race: the moment is the same on any load). The
+    workers agree on every stop decision (one all-reduce of the votes, between blocks too) and
+    leave together: all exit 75 at the same step, the non-chief only once the chief's checkpoint
+    is on disk. (A worker signalled outside the loop of steps used to stop alone, and the chief
+    waited in its next collective until it failed: exit 1, "stopped sending heartbeats".)"""
     data = fx.write_data(str(tmp_path / "data"))
-    steps = 300
-    hparams = fx.tiny_hparams(num_train_steps=steps, iterations_per_loop=steps,
-                              save_checkpoints_steps=0, do_eval=False, strategy="multi_worker")
-
-    def workers(name):
-        ports = _free_ports(2)
-        cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-        runs = []
-        for index in range(2):
-            env = _env()
-            env["TF_CONFIG"] = json.dumps({"cluster": cluster,
-                                           "task": {"type": "worker", "index": index}})
-            runs.append(Run(_script("run_pretraining.py", data, name, hparams), env=env))
-        return runs
-
-    references = workers("reference")  # two workers, never interrupted
-    chief, other = workers("victim")
-    other.wait_for("starting from scratch")
-    time.sleep(3.0)
-    other.proc.send_signal(signal.SIGTERM)  # the non-chief: the chief must save anyway
-    assert other.finish() == preemption.EXIT_PREEMPTED, other.stderr[-3000:]
-    assert chief.finish() == preemption.EXIT_PREEMPTED, chief.stderr[-3000:]
-    step = _stopped_step(other, "SIGTERM")
-    assert _stopped_step(chief, "a signal to another worker") == step
-    assert 0 < step < steps
+    steps = 8
+    hparams = fx.tiny_hparams(num_train_steps=steps, iterations_per_loop=4,
+                              save_checkpoints_steps=4, do_eval=False, strategy="multi_worker")
+    references = _two_workers(data, "reference", hparams)  # never interrupted
     model_dir = os.path.join(data, "models", "victim")
-    assert _newest_step(model_dir) == step
+    paused, go = tmp_path / "paused", tmp_path / "go"
+    chief, other = _two_workers(data, "victim", hparams, chief_prefix=[
+        KILL_RESUME, "--child", "--watch", model_dir, "--pattern", "model.ckpt-*.index",
+        "--op", "replace", "--ordinal", "1", "--event-log", str(paused), "--pause-until",
+        str(go), "--"])
+    end = time.time() + 600
+    while not paused.exists():
+        assert chief.proc.poll() is None and other.proc.poll() is None, \
+            chief.stderr[-3000:] + other.stderr[-3000:]
+        assert time.time() < end
+        time.sleep(0.05)
+    other.proc.send_signal(signal.SIGTERM)  # the non-chief: the chief must save anyway
+    other.wait_for("SIGTERM received")
+    go.write_text("")
+    assert other.finish() == preemption.EXIT_PREEMPTED, other.stderr[-3000:]
+    step = _stopped_step(other, "SIGTERM")
+    assert step in (4, 5)  # the vote between the blocks, or the next step's in the loop
+    assert _newest_step(model_dir) == step  # saved before the non-chief left
+    assert chief.finish() == preemption.EXIT_PREEMPTED, chief.stderr[-3000:]
+    assert _stopped_step(chief, "a signal to another worker") == step
+    assert "Traceback" not in chief.stderr + other.stderr
 
-    for run in workers("victim") + references:
+    for run in _two_workers(data, "victim", hparams) + references:
         assert run.finish() == 0, run.stderr[-3000:]
     got = _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
     assert int(got["global_step"]) == steps

@@ -23,7 +23,8 @@ when every comparison holds to float tolerance (rtol 1e-5, atol 1e-6), else 1.
 
 Internal mode, used by this script and tests/test_reliability_kill.py: run SCRIPT with a hook
 that SIGKILLs the process just before the ORDINAL-th os.replace/os.remove (`--op`) of a file
-under WATCH whose name matches PATTERN:
+under WATCH whose name matches PATTERN (or sends it --signal, or pauses it there until the file
+--pause-until exists):
 
     python tools/kill_resume.py --child --watch DIR --pattern 'model.ckpt-*.index' \\
         --op replace --ordinal 2 [--event-log FILE] -- run_pretraining.py --data-dir ...
@@ -113,6 +114,11 @@ class KillHook:
         self._saved = {}
 
 
+def _wait_for_file(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.02)
+
+
 def child_main(argv: list[str]) -> None:
     """--child mode: install the hook, then run the script as __main__ with its own argv."""
     split = argv.index("--")
@@ -126,11 +132,16 @@ def child_main(argv: list[str]) -> None:
     parser.add_argument("--signal", choices=["KILL", "TERM", "INT"], default="KILL",
                         help="what the process sends itself at the hook (TERM/INT: a preemption "
                              "signal arriving while that file is being written)")
+    parser.add_argument("--pause-until", metavar="FILE",
+                        help="instead of a signal, wait at the hook until FILE exists (a test "
+                             "lines up what another process does with this moment)")
     args = parser.parse_args(argv[:split])
     script, script_args = argv[split + 1], argv[split + 2:]
     signum = getattr(signal, f"SIG{args.signal}")
+    action = (lambda: _wait_for_file(args.pause_until)) if args.pause_until else \
+        (lambda: os.kill(os.getpid(), signum))
     KillHook(args.watch, args.pattern, args.op, args.ordinal, args.event_log,
-             action=lambda: os.kill(os.getpid(), signum)).install()
+             action=action).install()
     sys.argv = [script] + script_args
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")
