@@ -3,7 +3,8 @@
 A signalled run stops at the next step boundary (inside a long in-graph loop too), writes a
 checkpoint at that step, exits 75, and the same command resumes it to the weights of a run that
 was never interrupted, bit for bit. Also: a signal during a checkpoint write, the time-based
-checkpoint interval, and a two-worker MultiWorkerMirroredStrategy run with one worker signalled.
+checkpoint interval, and a two-worker MultiWorkerMirroredStrategy run with one worker signalled
+(and one killed).
 """
 import json
 import logging
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 import pretrain_fixtures as fx
-from util import checkpoint, preemption
+from util import checkpoint, preemption, workers
 
 from tests.test_finetune_data import VOCAB, write_fixtures
 from tests.test_run_pretraining_distributed import _free_ports
@@ -327,30 +328,46 @@ def _two_workers(data, name, hparams, chief_prefix=()):
     return runs
 
 
-def test_multi_worker_one_worker_signalled_all_stop_at_the_same_step(tmp_path):
-    """The non-chief is signalled between two blocks of steps, while the chief is held inside
-    its step-4 checkpoint write (a pause, not a race: the moment is the same on any load). The
-    workers agree on every stop decision (one all-reduce of the votes, between blocks too) and
-    leave together: all exit 75 at the same step, the non-chief only once the chief's checkpoint
-    is on disk. (A worker signalled outside the loop of steps used to stop alone, and the chief
-    waited in its next collective until it failed: exit 1, "stopped sending heartbeats".)"""
-    data = fx.write_data(str(tmp_path / "data"))
-    steps = 8
-    hparams = fx.tiny_hparams(num_train_steps=steps, iterations_per_loop=4,
-                              save_checkpoints_steps=4, do_eval=False, strategy="multi_worker")
-    references = _two_workers(data, "reference", hparams)  # never interrupted
-    model_dir = os.path.join(data, "models", "victim")
-    paused, go = tmp_path / "paused", tmp_path / "go"
-    chief, other = _two_workers(data, "victim", hparams, chief_prefix=[
-        KILL_RESUME, "--child", "--watch", model_dir, "--pattern", "model.ckpt-*.index",
-        "--op", "replace", "--ordinal", "1", "--event-log", str(paused), "--pause-until",
-        str(go), "--"])
+def _held_chief(model_dir, tmp_path, name):
+    """argv that holds a chief inside its first checkpoint write (before the index is renamed
+    into place) until the test writes the file `go`; `paused` appears when it is held."""
+    paused, go = tmp_path / f"{name}.paused", tmp_path / f"{name}.go"
+    return paused, go, [KILL_RESUME, "--child", "--watch", model_dir, "--pattern",
+                        "model.ckpt-*.index", "--op", "replace", "--ordinal", "1",
+                        "--event-log", str(paused), "--pause-until", str(go), "--"]
+
+
+def _wait_until_held(paused, runs):
     end = time.time() + 600
     while not paused.exists():
-        assert chief.proc.poll() is None and other.proc.poll() is None, \
-            chief.stderr[-3000:] + other.stderr[-3000:]
+        assert all(run.proc.poll() is None for run in runs), \
+            "".join(run.stderr[-3000:] for run in runs)
         assert time.time() < end
         time.sleep(0.05)
+
+
+def test_multi_worker_one_worker_signalled_all_stop_at_the_same_step(tmp_path):
+    """Two workers, the chief held inside a checkpoint write at each moment that matters (a
+    pause, not a race: the same on any load).
+    1. The non-chief is signalled between two blocks of steps. The workers agree on every stop
+       decision (one all-reduce of the votes, between blocks too) and leave together: all exit
+       75 at the same step, the non-chief only once the chief's checkpoint is on disk. (A
+       worker signalled outside the loop of steps used to stop alone, and the chief waited in
+       its next collective until it failed: exit 1, "stopped sending heartbeats", unsaved.)
+    2. The resumed non-chief is killed (SIGKILL, as the out-of-memory killer would): the chief
+       stops in its next collective with exit 4, naming the dead worker (was a traceback and
+       exit 1), its checkpoint kept.
+    3. The re-run ends bit-identical to a two-worker run never interrupted."""
+    data = fx.write_data(str(tmp_path / "data"))
+    steps = 12
+    hparams = fx.tiny_hparams(num_train_steps=steps, iterations_per_loop=4,
+                              save_checkpoints_steps=4, do_eval=False, strategy="multi_worker")
+    references = _two_workers(data, "reference", hparams)
+    model_dir = os.path.join(data, "models", "victim")
+
+    paused, go, hook = _held_chief(model_dir, tmp_path, "signalled")  # at its step-4 save
+    chief, other = _two_workers(data, "victim", hparams, chief_prefix=hook)
+    _wait_until_held(paused, [chief, other])
     other.proc.send_signal(signal.SIGTERM)  # the non-chief: the chief must save anyway
     other.wait_for("SIGTERM received")
     go.write_text("")
@@ -361,6 +378,20 @@ def test_multi_worker_one_worker_signalled_all_stop_at_the_same_step(tmp_path):
     assert chief.finish() == preemption.EXIT_PREEMPTED, chief.stderr[-3000:]
     assert _stopped_step(chief, "a signal to another worker") == step
     assert "Traceback" not in chief.stderr + other.stderr
+
+    paused, go, hook = _held_chief(model_dir, tmp_path, "killed")  # at its step-8 save
+    chief, other = _two_workers(data, "victim", hparams, chief_prefix=hook)
+    _wait_until_held(paused, [chief, other])
+    other.proc.kill()
+    killed = time.time()
+    go.write_text("")
+    assert chief.finish() == workers.EXIT_WORKER_DIED, chief.stderr[-3000:]
+    assert time.time() - killed < 120  # TensorFlow's heartbeat timeout is 10 s
+    assert re.search(r"worker /job:worker/replica:0/task:1 of this multi-worker run stopped "
+                     r"answering \(.+\): it died \(killed, out of memory\)", chief.stderr), \
+        chief.stderr[-3000:]
+    assert "Traceback" not in chief.stderr
+    assert _newest_step(model_dir) == 8
 
     for run in _two_workers(data, "victim", hparams) + references:
         assert run.finish() == 0, run.stderr[-3000:]

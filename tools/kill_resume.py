@@ -294,12 +294,20 @@ def plan(kills: int, writes: list, rng: random.Random) -> list[tuple]:
 
 
 def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: int,
-          writes: list, rng: random.Random, logs: str) -> list[dict]:
-    """Runs `command` under `kills` kills, resuming each time, then once more to the end."""
+          writes: list, rng: random.Random, logs: str,
+          reference: subprocess.Popen | None = None) -> list[dict]:
+    """Runs `command` under `kills` kills, resuming each time, then once more to the end.
+    `reference`: the uninterrupted run going on meanwhile; if it fails, the drill stops at the
+    next attempt instead of after the last."""
+    from util import workers
+
     records = []
     modes = plan(kills, writes, rng)
     attempt = 0
     while True:
+        if reference is not None and reference.poll() not in (None, 0):
+            raise RuntimeError(f"the reference {name} run {workers.fate(reference.returncode)}; "
+                               f"see its log in {logs}")
         attempt += 1
         mode = modes[attempt - 1] if attempt <= len(modes) else ("final",)
         start_progress = progress(progress_glob)
@@ -500,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
                                  stderr=open(os.path.join(logs, "pretrain_reference.log"), "w"))
     report["pretrain_runs"] = drill(
         "pretrain", pretrain_command(data, "victim", hparams), os.path.join(models, "victim"),
-        os.path.join(models, "victim"), args.kills, PRETRAIN_WRITES, rng, logs)
+        os.path.join(models, "victim"), args.kills, PRETRAIN_WRITES, rng, logs, reference)
     if reference.wait(timeout=1800) != 0:
         raise RuntimeError("the reference pre-training run failed; see logs/pretrain_reference.log")
     ref_dir, victim_dir = os.path.join(models, "reference"), os.path.join(models, "victim")
@@ -523,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             "finetune", finetune_command(data, "ft_victim", ft),
             os.path.join(models, "ft_victim"),
             os.path.join(models, "ft_victim", "finetuning_models", "sst_model_*"), args.kills,
-            FINETUNE_WRITES, rng, logs)
+            FINETUNE_WRITES, rng, logs, ft_reference)
         if ft_reference.wait(timeout=1800) != 0:
             raise RuntimeError("the reference fine-tuning run failed; see logs/ft_reference.log")
         report["finetune_weights"] = [compare_checkpoints(

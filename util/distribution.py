@@ -159,10 +159,16 @@ def _first_line(error: tf.errors.OpError) -> str:
 
 
 def _peers_gone(error: tf.errors.OpError) -> workers.WorkerDied:
-    """The error of a collective whose peers died, in one sentence naming them."""
-    tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", error.message or "")))
+    """The error of a collective whose peers died, in one sentence naming them and the reason
+    TensorFlow gives (missed heartbeats, a refused connection)."""
+    text = error.message or str(error)
+    tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", text)))
     who = ", ".join(tasks) if tasks else "another worker"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reason = next((line for line in lines if re.search(
+        r"heartbeat|unhealthy|connect|coordination service", line, re.IGNORECASE)),
+        lines[0] if lines else type(error).__name__)
     return workers.WorkerDied(
-        f"worker {who} of this multi-worker run stopped answering ({_first_line(error)}): it "
-        "died (killed, out of memory) or its host went down. The checkpoints are kept: re-run "
-        "the same command on every worker to resume")
+        f"worker {who} of this multi-worker run stopped answering ({reason[:300]}): it died "
+        "(killed, out of memory) or its host went down. The checkpoints are kept: re-run the "
+        "same command on every worker to resume")
