@@ -68,6 +68,9 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     if parting.chief_outcome == "Preempted":  # the chief stopped in its own part of the eval
         raise preemption.Preempted("stopped on a signal to another worker during the final "
                                    "eval; re-run the same command to evaluate")
+    if parting.chief_outcome not in (None, "done"):
+        log.warning("the chief ended with %s after this worker's part was done; see its log",
+                    parting.chief_outcome)
     return metrics
 
 

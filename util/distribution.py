@@ -92,10 +92,12 @@ def leave_together(strategy: tf.distribute.Strategy, wait_secs: float = 3600.0,
     leaves only once the chief has finished (its checkpoint saved), the chief only once every
     worker has said it is leaving (through the coordination service's key-value store).
 
-    Without it a worker that ended its part of the last collective exited at once, and the
-    chief, whose part may still have been receiving that worker's data, failed with
-    "stopped sending heartbeats" (exit 1) instead of saving. A collective over dead peers
-    (a worker killed, out of memory, its host gone) raises WorkerDied naming them.
+    So no worker exits while the chief may still need it: before the chief's checkpoint is
+    written, or while the chief's part of the last collective may still be receiving its data
+    (a worker's part of an all-reduce ends once its data is handed to the transport, not once
+    the peer has it); the chief would then fail with "stopped sending heartbeats". A collective
+    over dead peers (a worker killed, out of memory, its host gone) raises WorkerDied naming
+    them.
     `wait_secs`: how long a worker waits for the chief's save; `wait_after_error_secs`: after a
     failure of this process's own (the others may never arrive)."""
     parting = Parting()
@@ -114,7 +116,10 @@ def leave_together(strategy: tf.distribute.Strategy, wait_secs: float = 3600.0,
     try:
         yield parting
     except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
-        raise _peers_gone(e) from None  # no one to part with
+        gone = _peers_gone(e)
+        if gone is None:
+            raise
+        raise gone from None  # no one to part with
     except BaseException as e:
         outcome = type(e).__name__
         wait = wait_secs if outcome == "Preempted" else wait_after_error_secs
@@ -158,16 +163,18 @@ def _first_line(error: tf.errors.OpError) -> str:
     return (error.message or str(error)).strip().splitlines()[0]
 
 
-def _peers_gone(error: tf.errors.OpError) -> workers.WorkerDied:
+def _peers_gone(error: tf.errors.OpError) -> workers.WorkerDied | None:
     """The error of a collective whose peers died, in one sentence naming them and the reason
-    TensorFlow gives (missed heartbeats, a refused connection)."""
+    TensorFlow gives (missed heartbeats, a refused connection); None for another error."""
     text = error.message or str(error)
     tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", text)))
-    who = ", ".join(tasks) if tasks else "another worker"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     reason = next((line for line in lines if re.search(
-        r"heartbeat|unhealthy|connect|coordination service", line, re.IGNORECASE)),
-        lines[0] if lines else type(error).__name__)
+        r"heartbeat|unhealthy|connect|coordination service", line, re.IGNORECASE)), None)
+    if reason is None and not tasks:
+        return None
+    who = ", ".join(tasks) if tasks else "another worker"
+    reason = reason or lines[0]
     return workers.WorkerDied(
         f"worker {who} of this multi-worker run stopped answering ({reason[:300]}): it died "
         "(killed, out of memory) or its host went down. The checkpoints are kept: re-run the "
