@@ -19,7 +19,7 @@ input too. Records are written as they are made (to a temporary file renamed at 
 failed or signalled run leaves no partial file behind; on gs:// or s3:// that rename is a copy
 then a delete, and a run killed between the two leaves the new output and a
 `.<name>.<pid>.*.tmp` object beside it: delete that). A trial whose training has not finished
-is predicted with a warning. Exit status: 0 done, 2 bad input or model directory, 4 out of memory
+is predicted with a warning. Exit status: 0 done, 2 bad input or model directory, 5 out of memory
 (pass a smaller --batch-size), 75 stopped by SIGTERM/SIGINT (at the next batch; --output not
 written).
 """

@@ -293,7 +293,7 @@ def _out_of_memory(error: BaseException,
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry; returns the exit status (2: bad input or settings, 3: diverged,
-    4: out of memory, 75: stopped by SIGTERM/SIGINT after saving: re-run to resume)."""
+    5: out of memory, 75: stopped by SIGTERM/SIGINT after saving: re-run to resume)."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -11,8 +11,9 @@ Re-running the same command resumes from the newest readable checkpoint, exactly
 optimizer slots, step and data position), whatever moment the previous run was killed at.
 SIGTERM or Ctrl-C stops the run at the next step boundary with a checkpoint at that step.
 
-Exit status: 0 done, 2 bad input or settings, 3 diverged (NaN/Inf), 4 out of memory (the message
-names the batch and what to lower), 75 stopped by SIGTERM/SIGINT after saving (re-run to resume).
+Exit status: 0 done, 2 bad input or settings, 3 diverged (NaN/Inf), 4 another worker of a
+multi-worker run died (re-run every worker to resume), 5 out of memory (the message names the
+batch and what to lower), 75 stopped by SIGTERM/SIGINT after saving (re-run to resume).
 """
 import argparse
 import contextlib
@@ -30,7 +31,7 @@ from configure_pretraining import PretrainingConfig
 from model import model_dir as model_dir_lib
 from pretrain import evaluation, input_pipeline, loop, run_setup
 from pretrain.trainer import Trainer
-from util import checkpoint, distribution, out_of_memory, preemption, record_check
+from util import checkpoint, distribution, out_of_memory, preemption, record_check, workers
 from util import training_utils as tu
 from util.hparams import HParamError
 
@@ -62,6 +63,18 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                               config.gcp_project)
         preemption.rearm()  # after the strategy: see util/preemption.py
+    with distribution.leave_together(strategy) as parting:
+        metrics = _train_or_eval(config, strategy)
+    if parting.chief_outcome == "Preempted":  # the chief stopped in its own part of the eval
+        raise preemption.Preempted("stopped on a signal to another worker during the final "
+                                   "eval; re-run the same command to evaluate")
+    if parting.chief_outcome not in (None, "done"):
+        log.warning("the chief ended with %s after this worker's part was done; see its log",
+                    parting.chief_outcome)
+    return metrics
+
+
+def _train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy) -> dict | None:
     chief = distribution.is_chief(strategy)
     special_ids, files = run_setup.check_run(config, chief)
     with (tu.RunLock(config.model_dir) if chief and config.do_train
@@ -78,7 +91,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
                     run_setup.prepare_model_dir(config, trainer)
                 loop.train(config, trainer, files, chief, lock, monitor)
             if config.do_eval:
-                if preemption.requested():  # trained and saved; the eval is left to the re-run
+                if preemption.requested(strategy):  # trained and saved; eval left to the re-run
                     raise preemption.Preempted(
                         f"stopped on a signal before the final eval at step "
                         f"{trainer.global_step}; re-run the same command to evaluate")
@@ -167,6 +180,9 @@ Re-running a command resumes it. Every hparam: docs/HPARAMS.md.""")
     except out_of_memory.ERRORS as e:
         log.error("%s", _out_of_memory(e, config))
         return out_of_memory.EXIT_OUT_OF_MEMORY
+    except workers.WorkerDied as e:
+        log.error("%s", e)
+        return workers.EXIT_WORKER_DIED
     except (ValueError, OSError, tu.RunLockError) as e:  # OSError: disk full, read-only
         log.error("%s", e)
         return 2

@@ -18,7 +18,7 @@ as in pre-training (pretrain_config.json do_lower_case; --cased / --uncased over
 --json prints {"tokens", "input_ids", "disc_logits", "replaced_prob"}; with --corrupt also
 "original_tokens", "original_ids", "replaced" (1 where the generator changed the token); with
 --generator "masked_positions" and "generator_logits" (one vocabulary-sized row per position).
-Exit status: 0 done, 2 bad input, 4 out of memory (all texts are scored as one batch).
+Exit status: 0 done, 2 bad input, 5 out of memory (all texts are scored as one batch).
 """
 import argparse
 import json

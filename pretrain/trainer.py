@@ -255,7 +255,8 @@ class Trainer:
         totals: dict = {}
         for i in range(num_batches):
             preemption.check(f"the eval at step {self.global_step} (batch {i + 1} of "
-                             f"{num_batches})", "re-run the same command to evaluate")
+                             f"{num_batches})", "re-run the same command to evaluate",
+                             self.strategy)
             sums = self._eval_step_fn(iterator, tf.constant(i, tf.int64))
             for key, value in sums.items():
                 totals[key] = totals.get(key, 0.0) + np.asarray(value, np.float64)

@@ -1896,12 +1896,12 @@ def test_out_of_memory_is_one_line_naming_the_batch_and_the_levers(
     """TensorFlow's ResourceExhaustedError or Python's MemoryError in a command that trains or
     predicts (raised here by the step, the run or the scoring) used to be a traceback of some 70
     lines and exit 1: now one line naming the sizes in use and the settings that shrink them,
-    exit 4 (util/out_of_memory.py), and nothing already written changes."""
+    exit 5 (util/out_of_memory.py), and nothing already written changes."""
     act, patterns = globals()[f"_oom_{command}"](env, tmp_path, monkeypatch)
     before = snapshot(env.root, str(tmp_path))
     capsys.readouterr()
     caplog.clear()
-    assert act() == out_of_memory.EXIT_OUT_OF_MEMORY == 4
+    assert act() == out_of_memory.EXIT_OUT_OF_MEMORY == 5
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "\n" not in errors[0], errors
     assert "Traceback" not in capsys.readouterr().err

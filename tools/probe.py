@@ -13,7 +13,7 @@ all layers. The data defaults to ../shared/data when it is there.
 
 The model dir is a pre-training dir (run_pretraining.py, a Hugging Face import) or a fine-tuning
 trial; its `electra/` encoder is probed with its own vocabulary and casing. Exit 2 on bad input,
-4 out of memory.
+5 out of memory.
 """
 import argparse
 import json

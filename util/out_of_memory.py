@@ -8,7 +8,7 @@ may fit a bigger machine) and not worth re-running unchanged (75).
 """
 import tensorflow as tf
 
-EXIT_OUT_OF_MEMORY = 4
+EXIT_OUT_OF_MEMORY = 5
 ERRORS = (tf.errors.ResourceExhaustedError, MemoryError)
 
 
