@@ -29,8 +29,20 @@ def shared_data() -> pathlib.Path:
 # The named integration runs: each trains, kills or compiles for over 10 s, and nothing cheaper
 # shows its point. They carry the `slow` marker, so that `pytest -m "not slow" tests` is the fast
 # loop for edits; README's test command runs them all. A test id without brackets names every
-# parametrization. A new entry needs the reason it cannot be cheaper.
+# parametrization, a module name every test of the module. A new entry needs the reason it
+# cannot be cheaper.
 SLOW_RUNS = {
+    # Runs that reach each health state on purpose (tests/test_health.py checks the rules).
+    "test_health_runs.py",
+    # A task defined by data against its built-in twin, each trained on the shared data.
+    "test_custom_tasks.py::test_custom_qa_over_squad_files_is_the_builtin_squadv1",
+    "test_custom_tasks.py::test_custom_tagging_with_the_chunk_column_is_the_builtin_chunk",
+    "test_custom_tasks.py::test_custom_tagging_with_the_pos_column_learns_pos_tags",
+    "test_custom_tasks.py::test_custom_classification_over_sst2_is_the_builtin_sst",
+    "test_custom_tasks.py::test_custom_regression_over_sts_is_the_builtin_sts",
+    "test_run_finetuning.py::test_end_to_end_on_sst_and_cola_slices",
+    "test_xla.py::test_xla_resumes_exactly",
+    "test_probing.py::test_pretraining_eval_reports_probes",
     "test_run_pretraining_integration.py::test_tiny_electra_learns_on_real_text",
     "test_run_pretraining_distributed.py::test_same_loss_curve_and_weights_as_one_device",
     "test_run_pretraining_distributed.py::test_only_the_chief_writes",
@@ -43,8 +55,6 @@ SLOW_RUNS = {
     "test_reliability_kill.py::test_pretraining_killed_between_data_and_index_rename_resumes_exactly",
     "test_reliability_kill.py::test_finetuning_killed_before_the_state_file_update_resumes_exactly",
     "test_reliability_faults.py::test_full_disk_mid_run_is_a_clear_error_and_keeps_the_checkpoints",
-    "test_health_runs.py::test_the_demos_recipe_is_healthy_at_its_first_eval_then_its_discriminator_stalls",
-    "test_health_runs.py::test_official_optimizer_with_a_short_warmup_stalls_the_discriminator",
     "test_fingerprints.py::test_pretraining_objective_computes_what_it_did",
     "test_fingerprints.py::test_finetuning_family_computes_what_it_did",
     "test_recompute_grad.py::test_electric_trains_with_recompute_and_reports_discriminator_metrics",
@@ -75,11 +85,9 @@ def pytest_collection_modifyitems(config, items):
     """Marks the named integration runs `slow`; keeps the tests that share a module-scoped run
     on one worker of a parallel session (`-n 2`), so it is trained once; starts the modules
     holding long runs first, so that workers do not end on one long run."""
-    named = set()
     for item in items:
         test_id = item.nodeid.split("tests/", 1)[-1].split("[", 1)[0]
-        if test_id in SLOW_RUNS:
-            named.add(test_id)
+        if test_id in SLOW_RUNS or test_id.split("::")[0] in SLOW_RUNS:
             item.add_marker(pytest.mark.slow)
         if _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
