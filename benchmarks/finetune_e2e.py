@@ -11,6 +11,7 @@ timed from outside (Popen to exit) and starts from nothing: a fresh model direct
 cache per run. Rounds alternate ours and the peer on every (task, rows, dtype), so the ratio of a
 round comes from one machine state.
 
+`--baseline-root DIR` adds ours from another checkout (before/after a change) to every round.
 SQuAD 1.1 (`--tasks squadv1`) has no peer here (its standard recipe pads to 384 anyway): it is
 measured ours against ours, each `--our-hparams` variant a configuration of its own (e.g. bucketed
 against full padding); the first variant is the reference of the `x first` column.
@@ -174,15 +175,16 @@ def log_phases(log_text: str, started: float, ended: float, task: str) -> dict:
 
 
 def run_ours(work: str, data_dir: str, task: str, dtype: str, variant: str, extra: dict,
-             args: argparse.Namespace, tag: str) -> dict:
+             args: argparse.Namespace, tag: str, root: str = common.ROOT) -> dict:
+    """One run of `root`/run_finetuning.py (root: this checkout, or --baseline-root's)."""
     model_name = f"{tag}_{variant}"
     hparams = our_hparams(task, dtype, args, extra)
-    command = [sys.executable, os.path.join(common.ROOT, "run_finetuning.py"), "--data-dir",
+    command = [sys.executable, os.path.join(root, "run_finetuning.py"), "--data-dir",
                data_dir, "--model-name", model_name, "--hparams", json.dumps(hparams)]
     log_path = os.path.join(work, f"{model_name}.log")
     started = time.time()
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=common.ROOT,
+        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=root,
                               timeout=args.timeout, check=False)
     ended = time.time()
     with open(log_path, encoding="utf-8") as f:
@@ -334,13 +336,17 @@ def main() -> None:
     parser.add_argument("--our-hparams", action="append", metavar="[NAME=]JSON",
                         help="extra hparams for our runs (e.g. a padding mode); repeat for "
                              "several variants, each measured in every round")
+    parser.add_argument("--baseline-root", default=None, metavar="DIR",
+                        help="also run ours from another checkout of the project (e.g. `git "
+                             "archive` of an older commit), first in every round: the "
+                             "`baseline` variant, the reference of `x first`")
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--peer-python", default=common.PEER_PYTHON,
                         help="the peer venv's python (../shared/peers/setup.sh VENV)")
     parser.add_argument("--idle-load", type=float, default=1.5)
-    parser.add_argument("--max-wait", type=float, default=0.0,
+    parser.add_argument("--max-wait", type=float, default=120.0,
                         help="seconds to wait for the load to fall below --idle-load before "
-                             "each run (0: record the load and go on)")
+                             "each run (0: record the load and go on, e.g. on a busy machine)")
     parser.add_argument("--timeout", type=float, default=7200.0, help="seconds per process")
     parser.add_argument("--work", default=None, help="work directory (default: a new temp dir)")
     parser.add_argument("--keep-work", action="store_true",
@@ -361,6 +367,14 @@ def main() -> None:
     except ValueError:
         raise SystemExit(f"--n-train {args.n_train!r}: comma-separated integers") from None
     variants = parse_variants(args.our_hparams)
+    roots = {name: common.ROOT for name, _ in variants}
+    if args.baseline_root:
+        if not os.path.isfile(os.path.join(args.baseline_root, "run_finetuning.py")):
+            raise SystemExit(f"--baseline-root {args.baseline_root}: no run_finetuning.py there")
+        if "baseline" in roots:
+            raise SystemExit("--our-hparams: the name baseline is --baseline-root's")
+        variants.insert(0, ("baseline", dict(variants[0][1])))
+        roots["baseline"] = os.path.abspath(args.baseline_root)
     common.PEER_PYTHON = args.peer_python
     use_peer = common.use_peer(args.no_peer)
 
@@ -387,7 +401,7 @@ def main() -> None:
                                                         f"({tag} {side})")
                             if side == "ours":
                                 run = run_ours(work, data_dir, task, dtype, variant[0],
-                                               variant[1], args, tag)
+                                               variant[1], args, tag, roots[variant[0]])
                             else:
                                 run = run_peer(data_dir, task, n_train, dtype, args)
                             run.update(job, load_before=load)
