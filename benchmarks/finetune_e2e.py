@@ -23,7 +23,7 @@ start-up (imports, config) to the first log line, preparation (tasks, feature ca
 the training plan, the first step (tracing), the other steps, after training (checkpoint) to the
 dev set's featurization, evaluation, exit.
 
-  python benchmarks/finetune_e2e.py --n-train 200 --tasks sst --dtypes float32   # a minute
+  python benchmarks/finetune_e2e.py --n-train 200 --tasks sst --dtypes float32   # a quick check
   python benchmarks/finetune_e2e.py                      # sst + chunk, 2000 and 8000, fp32 + bf16
   python benchmarks/finetune_e2e.py --tasks squadv1 --n-train 2000 --n-dev 1000 --no-peer \\
       --our-hparams 'full={"HPARAM": ...}' --our-hparams 'bucketed={}'
@@ -234,7 +234,8 @@ def run_peer(data_dir: str, task: str, n_train: int, dtype: str, args: argparse.
 # The matrix.
 
 def parse_variants(texts: list[str] | None) -> list[tuple[str, dict]]:
-    """--our-hparams values, `NAME=JSON` or `JSON` (named v1, v2, ...) -> [(name, hparams)]."""
+    """--our-hparams values, `NAME=JSON` or `JSON` (named v1, v2, ...) -> [(name, hparams)];
+    ValueError names a bad one."""
     if not texts:
         return [("default", {})]
     variants = []
@@ -245,12 +246,12 @@ def parse_variants(texts: list[str] | None) -> list[tuple[str, dict]]:
         try:
             values = json.loads(body)
         except json.JSONDecodeError as e:
-            raise SystemExit(f"--our-hparams {text!r}: not JSON ({e})") from None
+            raise ValueError(f"--our-hparams {text!r}: not JSON ({e})") from None
         if not isinstance(values, dict):
-            raise SystemExit(f"--our-hparams {text!r}: a JSON object of hparams is needed")
+            raise ValueError(f"--our-hparams {text!r}: a JSON object of hparams is needed")
         variants.append((name.strip(), values))
     if len({n for n, _ in variants}) != len(variants):
-        raise SystemExit("--our-hparams: variant names must differ")
+        raise ValueError("--our-hparams: variant names must differ")
     return variants
 
 
@@ -357,22 +358,24 @@ def main() -> None:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in SOURCES]
     if unknown or not tasks:
-        raise SystemExit(f"--tasks: {', '.join(unknown) or 'none'}: choose from "
-                         f"{', '.join(SOURCES)}")
+        parser.error(f"--tasks: {', '.join(unknown) or 'none'}: choose from {', '.join(SOURCES)}")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if not dtypes or any(d not in PEER_DTYPE_FLAGS for d in dtypes):
-        raise SystemExit(f"--dtypes {args.dtypes!r}: a comma-separated list of float32, bfloat16")
+        parser.error(f"--dtypes {args.dtypes!r}: a comma-separated list of float32, bfloat16")
     try:
         sizes = [int(n) for n in args.n_train.split(",") if n.strip()]
     except ValueError:
-        raise SystemExit(f"--n-train {args.n_train!r}: comma-separated integers") from None
-    variants = parse_variants(args.our_hparams)
+        parser.error(f"--n-train {args.n_train!r}: comma-separated integers")
+    try:
+        variants = parse_variants(args.our_hparams)
+    except ValueError as e:
+        parser.error(str(e))
     roots = {name: common.ROOT for name, _ in variants}
     if args.baseline_root:
         if not os.path.isfile(os.path.join(args.baseline_root, "run_finetuning.py")):
-            raise SystemExit(f"--baseline-root {args.baseline_root}: no run_finetuning.py there")
+            parser.error(f"--baseline-root {args.baseline_root}: no run_finetuning.py there")
         if "baseline" in roots:
-            raise SystemExit("--our-hparams: the name baseline is --baseline-root's")
+            parser.error("--our-hparams: the name baseline is --baseline-root's")
         variants.insert(0, ("baseline", dict(variants[0][1])))
         roots["baseline"] = os.path.abspath(args.baseline_root)
     common.PEER_PYTHON = args.peer_python

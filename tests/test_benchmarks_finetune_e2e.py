@@ -42,7 +42,7 @@ def test_our_hparams_variants():
     assert e2e.parse_variants(['full={"x": 1}', '{"y": 2}']) == [("full", {"x": 1}),
                                                                 ("v2", {"y": 2})]
     for bad in (['{"x": '], ["[1]"], ['a={}', 'a={}']):
-        with pytest.raises(SystemExit):
+        with pytest.raises(ValueError):
             e2e.parse_variants(bad)
 
 
