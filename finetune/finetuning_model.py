@@ -33,6 +33,10 @@ class FinetuningModel(tf.Module):
                                           compute_dtype=config.compute_dtype, seed=seed)
         self.heads = [t.create_head(self.bert_config, seed) for t in tasks]
 
+    # Plain Python under any tf.function: no tensor-dependent control flow here or below (the
+    # train step already runs it with autograph=False); autograph's source conversion of every
+    # layer doubled the tracing time of evaluation's predict step.
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, features: dict[str, tf.Tensor], *, training: bool, seed=None,
                  percent_done=0.0):
         """features: the batch (input_ids, input_mask, segment_ids, task_id int32 [B], task

@@ -280,6 +280,9 @@ class BertModel(tf.Module):
         self.layers = [TransformerLayer(config, f"{scope}/encoder/layer_{i}", seed)
                        for i in range(config.num_hidden_layers)]
 
+    # Plain Python under any tf.function (no tensor-dependent control flow): autograph's source
+    # conversion of every layer only slows tracing (probes, exports, callers' own tf.functions).
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, input_ids, input_mask, token_type_ids, *, training: bool, seed=None,
                  inputs_embeds=None) -> EncoderOutput:
         """input_ids, input_mask, token_type_ids: int32 [B, L]; seed: int [2] (needed if training)."""

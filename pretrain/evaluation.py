@@ -68,9 +68,7 @@ def probe_metrics(config: PretrainingConfig, trainer: Trainer) -> dict:
 def geometry_metrics(config: PretrainingConfig, trainer: Trainer, files: list[str]) -> dict:
     """health.token_geometry of the discriminator's last layer on the real tokens of the first
     held-out batch (unmasked text): what the collapse check reads."""
-    features = next(iter(input_pipeline.eval_dataset(
-        files, global_batch_size=config.eval_batch_size, max_seq_length=config.max_seq_length,
-        num_batches=1)))
+    features = trainer.first_eval_batch(files)
     out = trainer.model.discriminator_encoder(features["input_ids"], features["input_mask"],
                                               features["segment_ids"], training=False)
     real = features["input_mask"].numpy() > 0

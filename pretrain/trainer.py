@@ -100,6 +100,8 @@ class Trainer:
                 clip_per_replica=config.clip_norm if config.clip_per_replica else None)
         self.loss_scale = self.engine.scaling.scale
         self._eval_step_fn = tf.function(self._eval_step, autograph=False)
+        self._eval_datasets: dict[tuple, tf.distribute.DistributedDataset] = {}
+        self._first_eval_batches: dict[tuple, dict[str, tf.Tensor]] = {}
 
     # -- variables and checkpoints -------------------------------------------------------------
 
@@ -151,15 +153,29 @@ class Trainer:
         return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
     def eval_iterator(self, files: list[str], num_batches: int):
+        """A fresh iterator over the held-out batches; the dataset is built once per (files,
+        num_batches) and kept, so a periodic eval does not re-trace its map functions."""
         cfg = self.config
+        key = (tuple(files), num_batches)
+        if key not in self._eval_datasets:
+            def dataset_fn(context):
+                return input_pipeline.eval_dataset(
+                    files, global_batch_size=cfg.eval_batch_size,
+                    max_seq_length=cfg.max_seq_length, num_batches=num_batches,
+                    input_context=context)
 
-        def dataset_fn(context):
-            return input_pipeline.eval_dataset(
-                files, global_batch_size=cfg.eval_batch_size,
-                max_seq_length=cfg.max_seq_length, num_batches=num_batches,
-                input_context=context)
+            self._eval_datasets[key] = self.strategy.distribute_datasets_from_function(dataset_fn)
+        return iter(self._eval_datasets[key])
 
-        return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+    def first_eval_batch(self, files: list[str]) -> dict[str, tf.Tensor]:
+        """The first held-out batch (eval_batch_size rows, one device), read once per run: the
+        health checks look at it after every eval."""
+        key = tuple(files)
+        if key not in self._first_eval_batches:
+            self._first_eval_batches[key] = next(iter(input_pipeline.eval_dataset(
+                files, global_batch_size=self.config.eval_batch_size,
+                max_seq_length=self.config.max_seq_length, num_batches=1)))
+        return self._first_eval_batches[key]
 
     # -- one step, per replica -----------------------------------------------------------------
 

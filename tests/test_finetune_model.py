@@ -141,3 +141,21 @@ def test_head_kernels_use_tf1_glorot_uniform_init(tmp_path):
     other = finetuning_model.FinetuningModel(config, tasks, seed=4)
     np.testing.assert_array_equal(again.heads[0].dense.kernel.numpy(), kernel)
     assert not np.array_equal(other.heads[0].dense.kernel.numpy(), kernel)
+
+
+def test_model_runs_unconverted_under_autograph_with_the_same_outputs(tmp_path):
+    """Evaluation's predict step is a default tf.function (autograph on): the model is called
+    as plain Python (no source conversion of every layer, which doubled its tracing time) and
+    computes exactly what it computes eagerly."""
+    from tensorflow.python.autograph.impl import api as autograph_api
+    assert autograph_api.is_autograph_artifact(finetuning_model.FinetuningModel.__call__)
+    assert autograph_api.is_autograph_artifact(modeling.BertModel.__call__)
+    config, _, model = build(tmp_path)
+    features = batch(config, [0, 1, 2])
+    eager_loss, eager = model(features, training=False)
+    graph_loss, graph = tf.function(lambda f: model(f, training=False))(features)
+    np.testing.assert_array_equal(graph_loss.numpy(), eager_loss.numpy())
+    for task in ("sst", "sts"):
+        for key, value in eager[task].items():
+            np.testing.assert_allclose(graph[task][key].numpy(), value.numpy(), rtol=1e-6,
+                                       atol=1e-6, err_msg=f"{task} {key}")

@@ -287,3 +287,22 @@ def test_a_model_holding_a_nan_reports_a_non_finite_held_out_loss(repetitive_dat
     assert math.isnan(metrics["disc_loss"]) and math.isnan(metrics["loss"])
     history = evaluation.read_history(config)
     assert history[-1]["health"] == {"loss_not_finite": 0}
+
+
+def test_periodic_evals_build_the_held_out_pipeline_once(repetitive_data, tmp_path, monkeypatch):
+    """Every periodic eval reads the same held-out batches: the input pipeline (and the health
+    checks' first batch) is built at the first eval and reused, the eval step traced once, and
+    a second eval of the same weights gives the same metrics."""
+    config = PretrainingConfig.from_hparams("evals", repetitive_data, fx.tiny_hparams(
+        model_dir=str(tmp_path / "evals")))
+    trainer = Trainer(config, run_setup.load_special_ids(config))
+    files = input_pipeline.find_files(config.pretrain_tfrecords)
+    built = []
+    real_eval_dataset = input_pipeline.eval_dataset
+    monkeypatch.setattr(input_pipeline, "eval_dataset",
+                        lambda *a, **k: built.append(k["num_batches"]) or real_eval_dataset(*a, **k))
+    first = evaluation.run_eval(config, trainer, files.eval, True)
+    second = evaluation.run_eval(config, trainer, files.eval, True)
+    assert sorted(built) == [1, config.num_eval_steps]  # not once more per eval
+    assert trainer._eval_step_fn.experimental_get_tracing_count() == 1
+    assert second == pytest.approx(first)
