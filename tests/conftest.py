@@ -24,3 +24,19 @@ def shared_data() -> pathlib.Path:
             pytest.fail(message + " (ELECTRA_REQUIRE_SHARED_DATA=1)")
         pytest.skip(message)
     return SHARED_DATA
+
+
+@pytest.fixture
+def instances_of(monkeypatch):
+    """instances_of(cls) -> a list that every instance of `cls` made afterwards in the test is
+    appended to (e.g. to read the trace counts of the tf.functions a run built)."""
+    def record(cls) -> list:
+        made, real_init = [], cls.__init__
+
+        def init(self, *args, **kwargs):
+            made.append(self)
+            real_init(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", init)
+        return made
+    return record

@@ -184,15 +184,8 @@ def test_probe_tasks_hparam_is_checked_before_work_starts(tmp_path):
         PretrainingConfig.from_hparams("m", str(tmp_path), hparams)
 
 
-def test_pretraining_eval_reports_probes(tmp_path, monkeypatch):
-    trainers = []
-    real_init = pretrain_trainer.Trainer.__init__
-
-    def recording_init(self, *args, **kwargs):
-        trainers.append(self)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(pretrain_trainer.Trainer, "__init__", recording_init)
+def test_pretraining_eval_reports_probes(tmp_path, instances_of):
+    trainers = instances_of(pretrain_trainer.Trainer)
     fits = probing._fit.experimental_get_tracing_count()
     data = fx.write_data(str(tmp_path / "data"))
     write_conll(tmp_path / "train.txt")

@@ -102,17 +102,10 @@ def test_resuming_with_other_settings_is_refused_and_eval_only_runs(tmp_path):
         run_finetuning.run_finetuning(changed)
 
 
-def test_trials_median_and_finished_trials_are_reused(tmp_path, monkeypatch):
+def test_trials_median_and_finished_trials_are_reused(tmp_path, monkeypatch, instances_of):
     config = fixture_config(tmp_path, num_trials=3, keep_all_models=False, num_train_epochs=1.0,
                             pad_to_multiple_of=4)
-    built = []
-    real_init = trial_model.TrialModel.__init__
-
-    def recording_init(self, *args, **kwargs):
-        built.append(self)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(trial_model.TrialModel, "__init__", recording_init)
+    built = instances_of(trial_model.TrialModel)
     summary = run_finetuning.run_finetuning(config)
     # One model, one trace of the training loop and one of the forward pass for 3 trials of
     # 3 steps and 6 evaluations (2 tasks) over batches of several lengths.
