@@ -9,6 +9,7 @@ from finetune import finetuning_model
 from finetune import preprocessing
 from finetune import task_builder
 from finetune import trainer
+from finetune.qa.qa_head import MASK_PENALTY as MASK
 
 from tests import test_finetune_data
 from tests import test_tagging
@@ -77,31 +78,39 @@ def test_every_head_gives_full_paddings_outputs_loss_and_gradients(tmp_path):
     full = random_batch(preprocessor.feature_specs, len(tasks), 10, 64, np.random.default_rng(0))
     cut = preprocessor.trimmer(full)
     assert cut["input_ids"].shape[1] == 32
-    for training in (False, True):
-        with tf.GradientTape(persistent=True) as tape:
-            results = [model(b, training=training, seed=tf.constant([1, 2]))
-                       for b in (full, cut)]
-        (loss_full, out_full), (loss_cut, out_cut) = results
-        np.testing.assert_allclose(loss_cut.numpy(), loss_full.numpy(), rtol=1e-5)
-        grads = [tape.gradient(loss, model.trainable_variables) for loss, _ in results]
-        for g_full, g_cut in zip(*grads):
-            assert (g_full is None) == (g_cut is None)
-            if g_full is None:  # a variable this mode does not use
-                continue
-            np.testing.assert_allclose(tf.convert_to_tensor(g_cut).numpy(),
-                                       tf.convert_to_tensor(g_full).numpy(), rtol=1e-4, atol=1e-6)
-    for task in tasks:
-        for name, value in out_full[task.name].items():
-            got, want = out_cut[task.name][name].numpy(), value.numpy()
-            assert got.shape == want.shape, name  # per-position outputs padded back
-            if name in ("start_logits", "end_logits"):
-                got, want = got[:, :32], want[:, :32]
-                assert (out_cut[task.name][name].numpy()[:, 32:] <= -1000).all() or \
-                    name == "end_logits"
-            if got.dtype.kind == "f":
-                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
-            else:
-                np.testing.assert_array_equal(got, want, err_msg=name)
+    (loss_full, out_full), (loss_cut, out_cut) = [model(b, training=False) for b in (full, cut)]
+    np.testing.assert_allclose(loss_cut.numpy(), loss_full.numpy(), rtol=1e-5)
+    with tf.GradientTape(persistent=True) as tape:
+        losses = [model(b, training=True, seed=tf.constant([1, 2]))[0] for b in (full, cut)]
+    np.testing.assert_allclose(losses[1].numpy(), losses[0].numpy(), rtol=1e-5)
+    grads = [tape.gradient(loss, model.trainable_variables) for loss in losses]
+    for g_full, g_cut in zip(*grads):
+        np.testing.assert_allclose(tf.convert_to_tensor(g_cut).numpy(),
+                                   tf.convert_to_tensor(g_full).numpy(), rtol=1e-4, atol=1e-6)
+    outputs = {(task.name, name): (out_cut[task.name][name].numpy(), value.numpy())
+               for task in tasks for name, value in out_full[task.name].items()}
+    # QA's beam search: where a row has fewer answer positions than the beam, the rest of the
+    # beam holds masked positions (log-probability about -1000), which n-best search drops and
+    # which differ with the batch's length; the real candidates must agree.
+    start_real = outputs[("squadv1", "start_top_log_probs")][1] > -MASK / 2
+    end_real = (outputs[("squadv1", "end_top_log_probs")][1] > -MASK / 2) & start_real[..., None]
+    np.testing.assert_array_equal(outputs[("squadv1", "start_top_log_probs")][0] > -MASK / 2,
+                                  start_real)
+    for (task, name), (got, want) in outputs.items():
+        assert got.shape == want.shape, name  # per-position outputs padded back
+        if name in ("start_logits", "end_logits"):
+            if name == "start_logits":
+                assert (got[:, 32:] <= -MASK).all()  # masked beyond the batch's length
+            got, want = got[:, :32], want[:, :32]
+        elif name.startswith("start_top"):
+            got, want = got[start_real], want[start_real]
+        elif name.startswith("end_top"):
+            got, want = got[end_real], want[end_real]
+        if got.dtype.kind == "f":
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+    assert start_real.any() and (~start_real).any()
 
 
 def make_runner(root, multiple, trial=1):
