@@ -11,6 +11,9 @@ Examples:
       --num-processes 2
   python build_pretraining_dataset.py --corpus-dir my_text/ --vocab-size 16000 \\
       --output-dir data/pretrain_tfrecords        # trains a SentencePiece vocabulary first
+
+Exit status: 0 done, 2 bad input or settings, 4 a worker process died (e.g. killed by the
+out-of-memory killer); complete shards are kept and re-running the same command resumes.
 """
 import argparse
 import logging
@@ -20,7 +23,7 @@ import textwrap
 from util import console  # first: keeps TensorFlow's start-up lines off the console
 
 from pretrain.builder import corpus, dataset_builder
-from util import training_utils
+from util import training_utils, workers
 
 _TRUE = {"true", "t", "yes", "y", "1", "on"}
 _FALSE = {"false", "f", "no", "n", "0", "off"}
@@ -153,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             training_utils.RunLockError) as e:  # OSError: unwritable or full output dir
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except workers.WorkerDied as e:
+        print(f"error: {e}. The shards completed so far are kept: re-run the same command to "
+              f"build the rest (with fewer --num-processes if memory ran out)", file=sys.stderr)
+        return workers.EXIT_WORKER_DIED
     return 0
 
 

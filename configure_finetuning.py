@@ -231,7 +231,7 @@ class FinetuningConfig(HParams):
                      else os.path.dirname(self.init_checkpoint))
         model_vocab = tokenization.find_vocab_file(directory)
         if (model_vocab is None or not fs.isfile(self.vocab_file)
-                or fs.samefile(model_vocab, self.vocab_file)):
+                or fs.same_place(model_vocab, self.vocab_file)):
             return
         if io_utils.sha256_file(model_vocab) == io_utils.sha256_file(self.vocab_file):
             return

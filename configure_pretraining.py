@@ -85,6 +85,7 @@ class PretrainingConfig(HParams):
                    valid=SEED)
     init_checkpoint: str | None = hp(None, "start from this checkpoint (ours or the official release's) with fresh optimizer state")
     init_checkpoint_keep_step: bool = hp(False, "with init_checkpoint: continue its global_step (and LR schedule) instead of starting from step 0")
+    resume_on_changed_data: bool = hp(False, "resuming on training tfrecords other than the ones the model dir was trained on (files added, removed or rewritten): false refuses; true continues from the checkpoint on a new data order (the new files' stream from its start, seeded by seed and step)")
     shuffle_buffer_size: int = hp(100, "examples in the training shuffle buffer (official: 100)",
                                   valid=AT_LEAST_ONE)
     input_cycle_length: int = hp(4, "training shards read in parallel (interleaved) at a time (official: 4)",

@@ -32,6 +32,8 @@ import subprocess
 import sys
 import warnings
 
+from util import workers
+
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 # Modules with side effects on import (a browser, a poem, a GUI) or nothing to read.
 SKIP_MODULES = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "__main__",
@@ -170,7 +172,8 @@ def _run(step: str, args: list[str], verbose: bool = False) -> None:
     print(f"\n== {step}\n$ python {' '.join(args)}", flush=True)
     result = subprocess.run([sys.executable] + args, cwd=REPO_DIR)
     if result.returncode != 0:
-        sys.exit(f"demo: step '{step}' failed (exit code {result.returncode}); see the messages above")
+        sys.exit(f"demo: step '{step}' failed: the command {workers.fate(result.returncode)}; "
+                 "see the messages above")
 
 
 def pretrain_hparams(spm_model: str, vocab_size: int, steps: int, compute_dtype: str) -> dict:
@@ -298,9 +301,11 @@ def _health_line(model_dir: str) -> str:
     """The pre-training run's health at its final eval (pretrain/health.py), with what to try."""
     from pretrain import health
     active = _scores(os.path.join(model_dir, "results", "unsup_results.json")).get("health", {})
+    settings = os.path.join(model_dir, "pretrain_config.json")  # the advice fits the run
+    run = health.RunFacts.from_settings(_scores(settings)) if os.path.exists(settings) else None
     lines = [f"   health of the pre-training run: {health.line(active)} "
              f"(python tools/inspect_run.py {model_dir})"]
-    lines += [f"   {health.describe(name, step)}"
+    lines += [f"   {health.describe(name, step, run)}"
               for name, step in sorted(active.items(), key=lambda item: item[1])]
     return "\n".join(lines)
 

@@ -28,7 +28,11 @@ official code and of this one), model.safetensors (HF names, linear weights [out
 tokenizer_config.json and special_tokens_map.json (ElectraTokenizer, WordPiece: a SentencePiece
 model is refused, or exported without tokenizer files with --no-tokenizer). How each variable maps, and how the official
 one-layer classifier head maps onto ElectraClassificationHead: model/hf_conversion.py.
-Outputs are written to a temporary directory next to --output and renamed into place.
+Outputs are written to a temporary directory next to --output and renamed into place. On the
+local disk (a path or a file:// URL) that is one rename: a killed export leaves the old output or
+the new one, and a `.<name>.tmp-*` directory to delete. On gs://, s3://, hdfs:// the old output
+is deleted and the files are moved in one by one: a kill then leaves a partial output; re-run
+with --overwrite and delete the `.<name>.tmp-*` directory beside it.
 """
 import argparse
 import contextlib
@@ -64,20 +68,17 @@ def check_output_apart(output: str, dirs: dict[str, str | None],
     """Refuses an output that is, contains or lies inside a directory the command reads (flag ->
     path in `dirs`), or that contains a file it reads (`files`): replacing the output
     (--overwrite) would delete them, e.g. a model dir with its checkpoints, generator and
-    fine-tuned models. Symlinks are resolved."""
-    out = fs.realpath(output).rstrip("/")
+    fine-tuned models. Any spelling of either (local path, file:// URL, symlink, `..`: see
+    fs.place)."""
     sources = [(flag, path, True) for flag, path in dirs.items()]
     sources += [(flag, path, False) for flag, path in (files or {}).items()]
     for flag, source, whole_dir in sources:
         if not source:
             continue
-        src = fs.realpath(source).rstrip("/")
-        if src == out or src.startswith(out + "/"):
-            relation = "is" if out == src else "contains"
-        elif out.startswith(src + "/") and whole_dir:
-            relation = "lies inside"
-        else:
+        relation = fs.relation(output, source)
+        if relation is None or (relation == "inside" and not whole_dir):
             continue
+        relation = {"same": "is", "contains": "contains", "inside": "lies inside"}[relation]
         raise ValueError(f"--output {output} {relation} {flag} {source}: writing the export "
                          f"there would replace or mix with what {flag} holds. Choose an output "
                          "outside it")
@@ -87,26 +88,31 @@ def check_output_apart(output: str, dirs: dict[str, str | None],
 def atomic_output_dir(path: str, overwrite: bool = False):
     """Yields a temporary directory beside `path`, moved to `path` when the block succeeds.
 
-    On the local disk (and HDFS) the move is one rename: `path` is the old export or the new
-    one, never a mix. Object stores (gs://, s3://) cannot rename a directory: there the old
-    export is deleted and the files are moved one by one (each appears whole); a command killed
-    meanwhile leaves a partial `path` (re-run with --overwrite) and a `.<name>.tmp-*` directory.
+    On the local disk (a local path or a file:// URL, which is taken as the local path it names)
+    the move is one rename: `path` is the old export or the new one, never a mix; a command
+    killed before it leaves `path` as it was and a `.<name>.tmp-*` directory beside it (delete
+    it). Other stores (gs://, s3://, hdfs://, ram://) have no directory rename here: the old
+    export is deleted, then the files are moved in one by one (each appears whole). A command
+    killed then leaves `path` partial or missing, the rest of the new export in a
+    `.<name>.tmp-*` directory beside it: re-run the same command with --overwrite, then delete
+    that directory.
     """
-    path = fs.abspath(path).rstrip("/")
-    if fs.exists(path) and not fs.isdir(path):
+    target = fs.local_path(path)
+    target = fs.abspath(target) if target is not None else path.rstrip("/")
+    if fs.exists(target) and not fs.isdir(target):
         raise ValueError(f"output {path} is an existing file, not a directory; an export is a "
                          "directory: choose another --output")
-    if fs.exists(path) and not overwrite:
+    if fs.exists(target) and not overwrite:
         raise ValueError(f"output {path} already exists; pass --overwrite to replace it")
-    parent = os.path.dirname(path)
+    parent = os.path.dirname(target)
     fs.makedirs(parent)
-    tmp = _make_temp_dir(parent, f".{os.path.basename(path)}.tmp-")
+    tmp = _make_temp_dir(parent, f".{os.path.basename(target)}.tmp-")
     try:
         yield tmp
     except BaseException:
         fs.rmtree(tmp)
         raise
-    _replace_dir(tmp, path)
+    _replace_dir(tmp, target)
 
 
 def _make_temp_dir(parent: str, prefix: str) -> str:
@@ -496,7 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-file", help="vocabulary (default: the model dir's vocab.txt)")
     parser.add_argument("--import-generator", help="with --import-dir: the matching "
                                                    "ElectraForMaskedLM directory")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --output (in one rename on the local disk; "
+                             "file by file on gs://, s3://, hdfs://: see above)")
     parser.add_argument("--no-tokenizer", action="store_true",
                         help="Hugging Face export: weights and config.json only, no tokenizer "
                              "files (needed for SentencePiece models, which ElectraTokenizer "
@@ -505,6 +513,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console.setup(args.verbose)
     try:
+        fs.check_spellings({"--model-dir": args.model_dir, "--import-dir": args.import_dir,
+                            "--output": args.output, "--checkpoint": args.checkpoint,
+                            "--vocab-file": args.vocab_file,
+                            "--import-generator": args.import_generator})
         if args.import_dir:
             if args.format != "huggingface":
                 raise ValueError("--import-dir reads Hugging Face directories: use --format "

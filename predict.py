@@ -16,9 +16,12 @@ weights are read from it, the vocabulary and casing from the pre-trained model i
 (finetune/prediction.py lists the formats and fields); an empty line or text before the last
 example is refused with its file:line rather than dropped. Every format reads from standard
 input too. Records are written as they are made (to a temporary file renamed at the end, so a
-failed or signalled run leaves no partial file behind). A trial whose training has not finished
-is predicted with a warning. Exit status: 0 done, 2 bad input or model directory, 75 stopped by
-SIGTERM/SIGINT (at the next batch; --output not written).
+failed or signalled run leaves no partial file behind; on gs:// or s3:// that rename is a copy
+then a delete, and a run killed between the two leaves the new output and a
+`.<name>.<pid>.*.tmp` object beside it: delete that). A trial whose training has not finished
+is predicted with a warning. Exit status: 0 done, 2 bad input or model directory, 5 out of memory
+(pass a smaller --batch-size), 75 stopped by SIGTERM/SIGINT (at the next batch; --output not
+written).
 """
 import argparse
 import contextlib
@@ -39,6 +42,7 @@ from finetune import trainer
 from model import model_dir as model_dir_lib
 from util import fs
 from util import io_utils
+from util import out_of_memory
 from util import preemption
 from util.hparams import HParamError
 
@@ -91,6 +95,10 @@ def check_paths(args) -> None:
     the input or is a directory."""
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    fs.check_spellings({"--model-dir": args.model_dir, "--vocab-file": args.vocab_file,
+                        "--checkpoint": args.checkpoint,
+                        "--input": None if args.input == "-" else args.input,
+                        "--output": None if args.output == "-" else args.output})
     if args.input != "-":
         if fs.isdir(args.input):
             raise ValueError(f"--input {args.input} is a directory; give a file (or - for "
@@ -102,13 +110,25 @@ def check_paths(args) -> None:
     if fs.isdir(args.output):
         raise ValueError(f"--output {args.output} is a directory; give a file path, e.g. "
                          f"{os.path.join(args.output, 'predictions.jsonl')}")
-    if args.input != "-" and (fs.abspath(args.output) == fs.abspath(args.input) or (
-            fs.exists(args.output) and fs.samefile(args.output, args.input))):
-        raise ValueError(f"--output {args.output} is the --input file: the predictions would "
-                         "replace the input; give another path")
+    if args.input != "-" and fs.same_place(args.output, args.input):
+        raise ValueError(f"--output {args.output} is the --input file {args.input}: the "
+                         "predictions would replace the input; give another path")
     parent = os.path.dirname(fs.abspath(args.output))
     if not fs.isdir(parent):
         raise ValueError(f"--output {args.output}: directory {parent} does not exist")
+
+
+def check_output_apart_from_model(output: str, md: model_dir_lib.ModelDir) -> None:
+    """Refuses an --output that would replace a file the prediction reads: the vocabulary or
+    one of the trial's own files (settings, checkpoints, results)."""
+    if output == "-":
+        return
+    if md.vocab_file and fs.same_place(output, md.vocab_file):
+        raise ValueError(f"--output {output} is the vocabulary {md.vocab_file}: the predictions "
+                         "would replace it; give another path")
+    if fs.relation(output, md.path) == "inside" and fs.exists(output):
+        raise ValueError(f"--output {output} is a file of --model-dir {md.path}: the predictions "
+                         "would replace it; give a new file name")
 
 
 def warn_if_unfinished(md: model_dir_lib.ModelDir) -> None:
@@ -149,6 +169,7 @@ def predict(args) -> int:
     check_paths(args)
     md = model_dir_lib.read_model_dir(args.model_dir, checkpoint_path=args.checkpoint,
                                       vocab_file=args.vocab_file)
+    check_output_apart_from_model(args.output, md)
     config, tasks, model = serving.load_finetuned(md)
     warn_if_unfinished(md)
     task = pick_task(tasks, args.task)
@@ -189,6 +210,13 @@ def main(argv=None) -> int:
     except (task_lib.TaskDataError, HParamError, ValueError, OSError) as e:
         log.error("%s", e)
         return 2
+    except out_of_memory.ERRORS as e:
+        batch = (f"--batch-size {args.batch_size}" if args.batch_size
+                 else "the trial's predict_batch_size (--batch-size not given)")
+        log.error("%s", out_of_memory.message(
+            e, f"{batch} and the trial's max_seq_length",
+            "pass a smaller --batch-size; --output was not written"))
+        return out_of_memory.EXIT_OUT_OF_MEMORY
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from util import checkpoint
 from util import distribution
 from util import fs
 from util import io_utils
+from util import out_of_memory
 from util import preemption
 from util import record_check
 from util import resume
@@ -151,6 +152,26 @@ def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: in
     return record
 
 
+def check_outputs_apart(config: configure_finetuning.FinetuningConfig,
+                        data_files: list[str]) -> None:
+    """Refuses outputs that would replace what the run reads, however each path is spelled: a
+    results file that is a task file or the vocabulary, and a trial directory that is or holds
+    init_checkpoint (the trial would resume from those checkpoints as its own, write over them,
+    and delete them after the trial unless keep_all_models)."""
+    config.check_outputs_apart(["results_txt", "results_json"], [
+        ("hparam 'vocab_file'", config.vocab_file)] + [("task file", f) for f in data_files])
+    if not config.init_checkpoint:
+        return
+    for trial in range(1, config.num_trials + 1):
+        directory = trainer.trial_dir(config, trial)
+        if fs.relation(directory, config.init_checkpoint) in ("same", "contains"):
+            raise configure_finetuning.HParamError(
+                f"trial {trial} would write to {directory} (hparam model_dir {config.model_dir} "
+                f"+ _{trial}), which holds init_checkpoint {config.init_checkpoint}: the trial "
+                "would resume from those weights as its own and overwrite or delete them. Set "
+                "hparam model_dir to another place")
+
+
 def _remove_checkpoints(directory: str) -> None:
     for path in fs.glob(os.path.join(fs.escape(directory), "model.ckpt-*")):
         fs.remove(path)
@@ -215,11 +236,14 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     preemption.rearm()  # after the strategy: see util/preemption.py
     tokenizer = task_builder.build_tokenizer(config)
     tasks = task_builder.get_tasks(config, tokenizer)
+    data_files = []
     for task in tasks:  # bad data fails now, not after a trial's training
         splits = (["train"] if config.do_train else []) + (
             [split for split, _ in task.get_eval_splits()] if config.do_eval else [])
         for split in splits:
             task.get_examples(split)
+            data_files += task.split_files(split)
+    check_outputs_apart(config, data_files)
     preprocessor = preprocessing.Preprocessor(config, tasks)
     keys = trial_keys(config, tasks, preprocessor)
     lock_dir, lock_name = os.path.split(fs.abspath(config.model_dir).rstrip("/"))
@@ -258,9 +282,21 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     return summary
 
 
+def _out_of_memory(error: BaseException,
+                   config: configure_finetuning.FinetuningConfig | None) -> str:
+    if config is None:
+        return out_of_memory.message(error, "these hparams", "lower train_batch_size")
+    return out_of_memory.message(
+        error, f"train_batch_size {config.train_batch_size}, eval_batch_size "
+        f"{config.eval_batch_size} and max_seq_length {config.max_seq_length}",
+        "lower eval_batch_size (a re-run keeps the finished trials and resumes the halted "
+        "one), or train_batch_size or max_seq_length (a trial resumes only under its own "
+        "settings: delete the halted trial's directory or set another model_dir)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry; returns the exit status (2: bad input or settings, 3: diverged,
-    75: stopped by SIGTERM/SIGINT after saving: re-run to resume)."""
+    5: out of memory, 75: stopped by SIGTERM/SIGINT after saving: re-run to resume)."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -283,6 +319,7 @@ Task data: <data-dir>/finetuning_data/<task>/. Every hparam: docs/HPARAMS.md."""
     console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     console.setup(args.verbose)
+    config = None
     try:
         with preemption.install():
             config = configure_finetuning.FinetuningConfig.from_hparams(
@@ -294,6 +331,9 @@ Task data: <data-dir>/finetuning_data/<task>/. Every hparam: docs/HPARAMS.md."""
     except training_utils.NonFiniteError as e:
         log.error("%s", e)
         return 3
+    except out_of_memory.ERRORS as e:
+        log.error("%s", _out_of_memory(e, config))
+        return out_of_memory.EXIT_OUT_OF_MEMORY
     except (ValueError, OSError, training_utils.RunLockError) as e:  # OSError: disk full...
         log.error("%s", e)
         return 2

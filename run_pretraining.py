@@ -11,8 +11,9 @@ Re-running the same command resumes from the newest readable checkpoint, exactly
 optimizer slots, step and data position), whatever moment the previous run was killed at.
 SIGTERM or Ctrl-C stops the run at the next step boundary with a checkpoint at that step.
 
-Exit status: 0 done, 2 bad input or settings, 3 diverged (NaN/Inf), 75 stopped by SIGTERM/SIGINT
-after saving (re-run to resume).
+Exit status: 0 done, 2 bad input or settings, 3 diverged (NaN/Inf), 4 another worker of a
+multi-worker run died (re-run every worker to resume), 5 out of memory (the message names the
+batch and what to lower), 75 stopped by SIGTERM/SIGINT after saving (re-run to resume).
 """
 import argparse
 import contextlib
@@ -30,7 +31,7 @@ from configure_pretraining import PretrainingConfig
 from model import model_dir as model_dir_lib
 from pretrain import evaluation, input_pipeline, loop, run_setup
 from pretrain.trainer import Trainer
-from util import checkpoint, distribution, preemption, record_check
+from util import checkpoint, distribution, out_of_memory, preemption, record_check, workers
 from util import training_utils as tu
 from util.hparams import HParamError
 
@@ -62,13 +63,25 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                               config.gcp_project)
         preemption.rearm()  # after the strategy: see util/preemption.py
+    with distribution.leave_together(strategy) as parting:
+        metrics = _train_or_eval(config, strategy)
+    if parting.chief_outcome == "Preempted":  # the chief stopped in its own part of the eval
+        raise preemption.Preempted("stopped on a signal to another worker during the final "
+                                   "eval; re-run the same command to evaluate")
+    if parting.chief_outcome not in (None, "done"):
+        log.warning("the chief ended with %s after this worker's part was done; see its log",
+                    parting.chief_outcome)
+    return metrics
+
+
+def _train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy) -> dict | None:
     chief = distribution.is_chief(strategy)
     special_ids, files = run_setup.check_run(config, chief)
     with (tu.RunLock(config.model_dir) if chief and config.do_train
           else contextlib.nullcontext()) as lock:
         trainer = Trainer(config, special_ids, strategy)
         _log_config(config, trainer)
-        how = run_setup.restore_or_init(config, trainer)
+        how = run_setup.restore_or_init(config, trainer, files.train)
         log.info("%s; training files: %d, held-out files: %d", how, len(files.train),
                  len(files.eval))
         monitor = evaluation.new_monitor(config) if chief else None
@@ -78,7 +91,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
                     run_setup.prepare_model_dir(config, trainer)
                 loop.train(config, trainer, files, chief, lock, monitor)
             if config.do_eval:
-                if preemption.requested():  # trained and saved; the eval is left to the re-run
+                if preemption.requested(strategy):  # trained and saved; eval left to the re-run
                     raise preemption.Preempted(
                         f"stopped on a signal before the final eval at step "
                         f"{trainer.global_step}; re-run the same command to evaluate")
@@ -113,6 +126,23 @@ def train_one_step(config: PretrainingConfig) -> float:
     return result.metrics["loss"]
 
 
+def _out_of_memory(error: BaseException, config: PretrainingConfig | None) -> str:
+    if config is None:
+        return out_of_memory.message(error, "these hparams", "lower train_batch_size")
+    sizes = f"train_batch_size {config.train_batch_size}"
+    if config.gradient_accumulation_steps > 1:
+        sizes += f" in {config.gradient_accumulation_steps} micro-batches"
+    if config.do_eval or config.eval_every_steps:
+        sizes += f", eval_batch_size {config.eval_batch_size}"
+    return out_of_memory.message(
+        error, f"{sizes} and max_seq_length {config.max_seq_length}",
+        "lower train_batch_size, or raise gradient_accumulation_steps (the same batch in "
+        "smaller micro-batches), or set recompute_grad true; lower eval_batch_size for "
+        "evaluation, or max_seq_length (data rebuilt for it, and resume_on_changed_data to "
+        f"resume on it). Checkpoints already written in {config.model_dir} are kept: re-run "
+        "with the new hparams to resume")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -136,6 +166,7 @@ Re-running a command resumes it. Every hparam: docs/HPARAMS.md.""")
     console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     console.setup(args.verbose)
+    config = None
     try:
         with preemption.install():
             config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
@@ -146,6 +177,12 @@ Re-running a command resumes it. Every hparam: docs/HPARAMS.md.""")
     except tu.NonFiniteError as e:
         log.error("%s", e)
         return 3
+    except out_of_memory.ERRORS as e:
+        log.error("%s", _out_of_memory(e, config))
+        return out_of_memory.EXIT_OUT_OF_MEMORY
+    except workers.WorkerDied as e:
+        log.error("%s", e)
+        return workers.EXIT_WORKER_DIED
     except (ValueError, OSError, tu.RunLockError) as e:  # OSError: disk full, read-only
         log.error("%s", e)
         return 2

@@ -18,6 +18,7 @@ as in pre-training (pretrain_config.json do_lower_case; --cased / --uncased over
 --json prints {"tokens", "input_ids", "disc_logits", "replaced_prob"}; with --corrupt also
 "original_tokens", "original_ids", "replaced" (1 where the generator changed the token); with
 --generator "masked_positions" and "generator_logits" (one vocabulary-sized row per position).
+Exit status: 0 done, 2 bad input, 5 out of memory (all texts are scored as one batch).
 """
 import argparse
 import json
@@ -33,6 +34,7 @@ from model import model_dir as model_dir_lib
 from model import tokenization
 from pretrain import masking
 from pretrain import scoring
+from util import out_of_memory
 
 log = logging.getLogger("score_text")
 
@@ -191,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         log.error("%s", e)
         return 2
+    except out_of_memory.ERRORS as e:  # the texts are scored as one batch
+        length = args.max_seq_length or "the model's max_seq_length"
+        log.error("%s", out_of_memory.message(
+            e, f"{len(args.texts)} text(s) in one batch of up to {length} tokens",
+            "score fewer texts per call, or pass a smaller --max-seq-length"))
+        return out_of_memory.EXIT_OUT_OF_MEMORY
     for text, result in zip(args.texts, results):
         if args.json:
             print(json.dumps(result))

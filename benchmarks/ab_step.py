@@ -39,7 +39,7 @@ VARIANTS = {
     "block_math_native": [("model.layers", "BLOCK_MATH_FLOAT32", False)],
     # the AdamW update as graph ops instead of one compiled pass per variable
     "graph_update": [("model.optimization", "FUSE_UPDATE", False)],
-    # all four: the step as it was before issue 19
+    # all four levers off at once
     "before": [("model.layers", "FUSE_ELEMENTWISE", False),
                ("model.layers", "DROPOUT_MASK_BITS", 32),
                ("model.layers", "BLOCK_MATH_FLOAT32", False),

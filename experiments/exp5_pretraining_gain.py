@@ -1,4 +1,4 @@
-"""Experiment 5: what pre-training buys at this machine's capacity (issue 16).
+"""Experiment 5: what pre-training buys at this machine's capacity (EXPERIMENTS.md section 6).
 
 The whole 54 MB shared corpus with an 8000-piece SentencePiece vocabulary at seq 128; ELECTRA
 (paper recipe: generator 1/4 width, temperature 1) and BERT (masked LM only, same encoder) at
@@ -250,8 +250,7 @@ def finetune(work: str, name: str, setting: str, lr: float, decay: float, split:
                  raw_data_dir=task_dirs(work)[split], max_seq_length=seq, learning_rate=lr,
                  layerwise_lr_decay=decay, num_trials=trials, max_train_examples=examples,
                  model_dir=os.path.join(model_dir(work, name), "finetuning_models", tag),
-                 # Features cached per data split: the cache key covers settings, not the data
-                 # files (issue 21), and grid and final share every setting but the files.
+                 # Features cached per data split: grid and final differ only in the files.
                  preprocessed_data_dir=os.path.join(model_dir(work, name), "finetuning_tfrecords",
                                                     split),
                  results_json=results, results_txt=results[:-5] + ".txt")
@@ -448,7 +447,7 @@ def _grid_score(work: str, name: str, setting: str, lr: float, decay: float) -> 
 
 
 def merge_rows(previous: list[dict], current: list[dict]) -> list[dict]:
-    """Rows of an earlier report (other work dirs, other sessions) updated by this work dir's:
+    """Rows of an earlier report (other work dirs, other runs) updated by this work dir's:
     a measure measured here replaces the earlier figure, the others are kept."""
     merged = {r["name"]: r for r in previous}
     for row in current:

@@ -81,6 +81,8 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
     Raises:
       ValueError: no checkpoint, or no way to know the architecture.
     """
+    fs.check_spellings({"--model-dir": path, "--checkpoint": checkpoint_path,
+                        "--vocab-file": vocab_file})
     if not fs.isdir(path):
         raise ValueError(f"model dir {path} does not exist")
     try:

@@ -1,5 +1,6 @@
 """Is a pre-training run learning? Named states read off its eval history, each with what is
-wrong, its likely causes (saying which were measured on this project's machine) and what to try.
+wrong, its likely causes (saying which were measured on this project's machine) and what to try,
+in words fitted to the run's objective and generator (`State.advice`).
 
 Pure logic (numpy only, no TensorFlow), so tests drive it with synthetic histories and the demo
 imports it cheaply. pretrain/evaluation.py feeds it every eval's metrics (pretrain_metrics.py plus
@@ -22,30 +23,65 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
+# What fills the masked positions, as far as the checks and their advice care.
+LEARNED = "learned"  # a masked-LM or Electric two-tower generator: its width and temperature set
+FROZEN = "frozen"  # two-stage, stage 2: a trained generator of the discriminator's width
+RANDOM = "random"  # uniform or unigram samples: no width, no temperature, nothing to learn
+GENERATOR_KINDS = (LEARNED, FROZEN, RANDOM)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunFacts:
-    """What the checks need to know of a run's settings."""
+    """What the checks, and the advice they print, need to know of a run's settings."""
     num_train_steps: int
     num_warmup_steps: int
-    has_discriminator: bool = True  # ELECTRA/Electric: false for a masked LM (BERT)
-    learned_generator: bool = True  # false: uniform or unigram samples
+    # ELECTRA/Electric. False for the masked-LM objectives (BERT, Replace MLM, All-Tokens MLM),
+    # whose masked-LM figures are the main model's, not a generator's.
+    has_discriminator: bool = True
+    generator: str = LEARNED
+    electra_15: bool = False  # the discriminator learns only at the masked positions
     vocab_size: int = 30522
+
+    def __post_init__(self):
+        if self.generator not in GENERATOR_KINDS:
+            raise ValueError(f"generator {self.generator!r} is not one of {GENERATOR_KINDS}")
+
+    @property
+    def learned_generator(self) -> bool:
+        return self.generator != RANDOM
 
     @classmethod
     def of(cls, config) -> "RunFacts":
         """From a PretrainingConfig."""
-        return cls(config.num_train_steps, config.num_warmup_steps,
-                   has_discriminator=config.electra_objective or config.electric_objective,
-                   learned_generator=not (config.uniform_generator or config.unigram_generator),
-                   vocab_size=config.vocab_size)
+        return cls.from_settings(config.to_dict())
+
+    @classmethod
+    def from_settings(cls, settings: Mapping) -> "RunFacts":
+        """From a run's hparams as pretrain_config.json keeps them (missing keys: defaults)."""
+        get = lambda key, default=False: settings.get(key, default)  # noqa: E731
+        generator = (RANDOM if get("uniform_generator") or get("unigram_generator")
+                     else FROZEN if get("freeze_generator") else LEARNED)
+        return cls(int(get("num_train_steps", 1000000)), int(get("num_warmup_steps", 10000)),
+                   has_discriminator=bool(get("electra_objective", True)
+                                          or get("electric_objective")),
+                   generator=generator, electra_15=bool(get("electra_15")),
+                   vocab_size=int(get("vocab_size", 30522)))
 
 
 # -- measured thresholds (docs/PRETRAINING.md, "Reading a run") ---------------------------------
 
-# Discriminator stalled: it calls almost nothing replaced (below STALL_POSITIVE_SHARE of the base
-# rate) and ranks real tokens little better than chance (AUC over real tokens below STALL_AUC).
+# Discriminator at one answer: it calls almost nothing replaced (below STALL_POSITIVE_SHARE of the
+# base rate), or almost everything (the tokens it calls original below that share of the
+# originals), and ranks real tokens little better than chance (AUC over real tokens below
+# STALL_AUC).
 STALL_POSITIVE_SHARE = 0.1
 STALL_AUC = 0.70
+# Read from DISC_GRACE_STEPS after warm-up on: a discriminator starts at one answer and chance
+# ranking, and the healthy tiny real-text runs of benchmarks/health_grace.py (warm-ups of 0, 5
+# and 20 steps, an eval every 5) were still there up to 5 steps after warm-up, out of it from 10
+# after (real-token AUC 0.72-0.76 there, 0.78-0.85 at 15). Twice that is the grace; two evals in
+# a row would not do, since at that spacing the false alarm lasted two evals.
+DISC_GRACE_STEPS = 20
 # Collapse (after warm-up): last-layer token vectors of held-out text nearly parallel, or a hidden
 # dimension whose spread across tokens is near zero next to the median dimension's.
 COLLAPSE_COSINE = 0.99
@@ -78,14 +114,23 @@ def _not_finite(history, run) -> bool:
                for key in ("loss", "masked_lm_loss", "disc_loss"))
 
 
+def _disc_at_chance(latest: Mapping, run: RunFacts) -> bool:
+    """A discriminator past its grace that ranks real tokens little better than chance."""
+    return (run.has_discriminator and "disc_auc_real" in latest
+            and latest["global_step"] >= run.num_warmup_steps + DISC_GRACE_STEPS
+            and latest["disc_auc_real"] < STALL_AUC)
+
+
 def _disc_stalled(history, run) -> bool:
     latest = _latest(history)
-    if not run.has_discriminator or "disc_auc_real" not in latest or \
-            not _after_warmup(latest, run):
-        return False
-    base_rate = latest["disc_replaced_rate"]
-    return (latest["disc_positive_rate"] < STALL_POSITIVE_SHARE * base_rate
-            and latest["disc_auc_real"] < STALL_AUC)
+    return _disc_at_chance(latest, run) and \
+        latest["disc_positive_rate"] < STALL_POSITIVE_SHARE * latest["disc_replaced_rate"]
+
+
+def _disc_all_replaced(history, run) -> bool:
+    latest = _latest(history)
+    return _disc_at_chance(latest, run) and \
+        1 - latest["disc_positive_rate"] < STALL_POSITIVE_SHARE * (1 - latest["disc_replaced_rate"])
 
 
 def _collapsed(history, run) -> bool:
@@ -118,6 +163,18 @@ def _loss_rising(history, run) -> bool:
     return all(loss > lowest * (1 + RISE_MARGIN) for loss in losses[-RISE_EVALS:])
 
 
+# The kinds of run whose advice differs from the default (a learned generator feeding a
+# discriminator trained on every token); a run's kinds come from `run_kinds`.
+MASKED_LM = "masked_lm"  # no discriminator: the masked-LM figures are the main model's
+ELECTRA_15 = "electra_15"
+
+
+def run_kinds(run: RunFacts) -> list[str]:
+    """The kinds `run` belongs to, most specific first (keys of State.variants)."""
+    return ([ELECTRA_15] if run.electra_15 else []) + \
+        ([] if run.has_discriminator else [MASKED_LM]) + [run.generator]
+
+
 @dataclasses.dataclass(frozen=True)
 class State:
     name: str
@@ -125,8 +182,20 @@ class State:
     causes: str  # the likely causes, as measured here
     remedy: str  # what to try: hparam names and values
     test: Callable[[Sequence[Mapping], RunFacts], bool]
+    # {run kind: {"what" / "causes" / "remedy": text}} for runs the default words do not fit
+    # (a remedy naming the generator's width and temperature, for a run with neither).
+    variants: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+
+    def advice(self, run: RunFacts | None = None) -> dict[str, str]:
+        """what, causes and remedy for `run` (None: the default words)."""
+        words = {"what": self.what, "causes": self.causes, "remedy": self.remedy}
+        for kind in reversed(run_kinds(run) if run else []):  # the most specific wins
+            words.update(self.variants.get(kind, {}))
+        return words
 
 
+OPTIMIZER_FIX = ("adam_bias_correction true and lr_decay_after_warmup true (or num_warmup_steps "
+                 "in the thousands)")
 STATES = (
     State("loss_not_finite", "a held-out loss is NaN or Inf",
           "a learning rate too high for the model, or float16 overflow",
@@ -139,16 +208,45 @@ STATES = (
           "(from step 40); "
           "a small discriminator whose generator has caught up (1/4-width generator, "
           "temperature 1, a few hundred steps or more)",
-          "adam_bias_correction true and lr_decay_after_warmup true (or num_warmup_steps in the "
-          "thousands), temperature 2.0, a smaller generator_hidden_size (0.125)",
-          _disc_stalled),
+          f"{OPTIMIZER_FIX}, temperature 2.0, a smaller generator_hidden_size (0.125)",
+          _disc_stalled,
+          {RANDOM: {"causes": "the discriminator does not tell even random replacements from "
+                              "the text: an optimizer that stalls it (measured here with a "
+                              "learned generator: the official optimizer with 20 warm-up steps), "
+                              "or a model too small for its text (measured here: tiny models on "
+                              "the tests' 32-word toy language, from step 40)",
+                    "remedy": f"{OPTIMIZER_FIX}, a lower learning_rate (uniform and unigram "
+                              "samples leave no generator setting to tune)"},
+           FROZEN: {"remedy": f"{OPTIMIZER_FIX}, temperature 2.0 (the frozen generator keeps "
+                              "the discriminator's width); init_checkpoint from "
+                              "tools/two_stage_init.py, so the discriminator starts from the "
+                              "generator's weights"}}),
+    State("disc_all_replaced",
+          "the discriminator calls almost every token replaced (under a tenth of the originals' "
+          "share called original) and ranks replaced tokens little better than chance (AUC "
+          "over real tokens below 0.70)",
+          "a discriminator driven to one answer by the optimizer or the learning rate (as "
+          "disc_stalled, the other way), or most tokens replaced (a high mask_prob); measured "
+          "here only with electra_15",
+          f"{OPTIMIZER_FIX}, a lower learning_rate, mask_prob 0.15",
+          _disc_all_replaced,
+          {ELECTRA_15: {"causes": "electra_15 trains the discriminator only at the masked "
+                                  "positions, and while the generator is weak nearly all of "
+                                  "them are replaced: it learns to answer 'replaced' (measured "
+                                  "here: a toy run, every token called replaced at steps 20 "
+                                  "and 40)",
+                        "remedy": "electra_15 false (the discriminator then learns from every "
+                                  "token: the paper's better objective)"}}),
     State("collapse",
           "the discriminator's last-layer vectors of held-out text are nearly parallel, or a "
           "hidden dimension barely varies: the encoder no longer tells tokens apart",
           "measured here: the official optimizer with 20 warm-up steps on a tiny model (a dead "
           "dimension from step 60; a faithful reference reached mean cosine 1.000 by step 160)",
           "adam_bias_correction true, lr_decay_after_warmup true, or num_warmup_steps 10000 as "
-          "the official recipe; a lower learning_rate", _collapsed),
+          "the official recipe; a lower learning_rate", _collapsed,
+          {MASKED_LM: {"what": "the encoder's last-layer vectors of held-out text are nearly "
+                               "parallel, or a hidden dimension barely varies: it no longer "
+                               "tells tokens apart"}}),
     State("generator_too_strong",
           "under 5% of the tokens are replaced: the generator's samples equal the original at "
           "most masked positions, so the discriminator sees few replaced tokens",
@@ -156,7 +254,9 @@ STATES = (
           "best, and raised masking to 25% for ELECTRA-Large for this reason); text that "
           "repeats itself (measured here: text nearly all of one word, from step 40)",
           "mask_prob 0.25, generator_hidden_size 0.25-0.5, temperature 1.5-2.0",
-          _generator_too_strong),
+          _generator_too_strong,
+          {FROZEN: {"remedy": "mask_prob 0.25, temperature 1.5-2.0 (the frozen generator keeps "
+                              "the discriminator's width)"}}),
     State("generator_idle",
           "the generator's held-out masked-LM loss is still near that of a uniform guess "
           "(above 0.9 ln(vocab_size)): it learns nothing, and the discriminator's task stays as "
@@ -164,7 +264,18 @@ STATES = (
           "gen_weight 0, a learning_rate too low for the generator, a frozen generator that "
           "was never trained (measured here: freeze_generator from scratch, at its first check)",
           "gen_weight 1.0, learning_rate as the recipe (1e-3 for tiny models); set "
-          "uniform_generator true if random replacements are intended", _generator_idle),
+          "uniform_generator true if random replacements are intended", _generator_idle,
+          {FROZEN: {"causes": "a frozen generator that was never trained (measured here: "
+                              "freeze_generator from scratch, at its first check)",
+                    "remedy": "init_checkpoint from tools/two_stage_init.py on a trained "
+                              "stage-1 masked LM (electra_objective false), or freeze_generator "
+                              "false"},
+           MASKED_LM: {"what": "the masked LM's held-out loss is still near that of a uniform "
+                               "guess (above 0.9 ln(vocab_size)): the model learns nothing",
+                       "causes": "gen_weight 0 (the masked-LM loss's weight) or a learning_rate "
+                                 "too low",
+                       "remedy": "gen_weight 1.0, learning_rate as the recipe (1e-3 for tiny "
+                                 "models)"}}),
     State("loss_rising",
           f"the held-out masked-LM loss has stayed {RISE_MARGIN:.0%} above its lowest value for "
           f"{RISE_EVALS} evals",
@@ -209,10 +320,11 @@ def token_geometry(vectors: np.ndarray) -> dict[str, float]:
             "repr_min_dim_spread": float(spread.min() / median) if median > 0 else 0.0}
 
 
-def describe(state_name: str, step: int) -> str:
-    state = BY_NAME[state_name]
-    return (f"health: {state.name} since step {step}: {state.what}. Likely causes: "
-            f"{state.causes}. Try: {state.remedy}")
+def describe(state_name: str, step: int, run: RunFacts | None = None) -> str:
+    """The state's warning, its advice fitted to `run` (None: the default words)."""
+    words = BY_NAME[state_name].advice(run)
+    return (f"health: {state_name} since step {step}: {words['what']}. Likely causes: "
+            f"{words['causes']}. Try: {words['remedy']}")
 
 
 def line(active: Mapping[str, int]) -> str:
@@ -240,7 +352,7 @@ class Monitor:
         names, checked = set(names), set(checked)
         for name in sorted(names - set(self.active)):
             self.active[name] = step
-            log.warning("%s", describe(name, step))
+            log.warning("%s", describe(name, step, self.run))
         for name in sorted((set(self.active) - names) & checked):
             log.info("health: %s cleared at step %d (began at step %d)", name, step,
                      self.active.pop(name))

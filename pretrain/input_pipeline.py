@@ -86,8 +86,8 @@ def find_files(pretrain_tfrecords: str, eval_tfrecords: str | None = None) -> Da
         held_out = _glob_patterns(eval_tfrecords, "eval_tfrecords")
     else:
         held_out = [f for f in _metadata_eval_files(matched) if fs.isfile(f)]
-    held = set(held_out)
-    train = [f for f in matched if f not in held]
+    held = {fs.place(f) for f in held_out}  # however each pattern spells the directory
+    train = [f for f in matched if fs.place(f) not in held]
     if not train:
         why = "no file matches it" if not matched else "every match is a held-out eval shard"
         raise ValueError(f"no training data: hparam pretrain_tfrecords={pretrain_tfrecords!r} "

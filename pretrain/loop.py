@@ -1,8 +1,9 @@
 """The host loop of a pre-training run: blocks of steps (Trainer.train_steps) between stops, with
 checkpoints (every save_checkpoints_steps or save_checkpoints_secs, and at the end), periodic
 evals, logs and TensorBoard scalars. A signal (util/preemption.py) ends it after the current step
-with a checkpoint at that step; a non-finite step ends it with the last good checkpoint left in
-place.
+with a checkpoint at that step (every worker of a multi-worker run at the same step: each stop
+decision is all-reduced, inside the loop of steps and between blocks); a non-finite step ends it
+with the last good checkpoint left in place.
 """
 import logging
 import math
@@ -37,11 +38,14 @@ def _eval_or_stop(config: PretrainingConfig, trainer: Trainer, files: list[str],
                   writer: tu.SummaryWriter, monitor: health.Monitor | None, saved_step: int,
                   save) -> None:
     """A periodic eval; a signal during it (util/preemption.check, every batch) ends the run
-    like one during training: saved at this step, the eval owed to the re-run."""
+    like one during training: saved at this step, the eval owed to the re-run. The chief's
+    probes stop on its own signal alone; the workers then agree (preemption.requested) so
+    that all of them stop here, not only the chief."""
     try:
         evaluation.run_eval(config, trainer, files, chief, writer, monitor)
     except preemption.Preempted as e:
         log.warning("%s", e)
+    if preemption.requested(trainer.strategy):
         _stop_for_preemption(trainer, saved_step, save)
 
 
@@ -116,11 +120,11 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
     try:
         if config.eval_every_steps > 0 and step % config.eval_every_steps == 0 and \
                 0 < step < config.num_train_steps and not evaluation.has_eval(config, step) and \
-                not preemption.requested():
+                not preemption.requested(trainer.strategy):
             # The previous run stopped between this checkpoint and its eval: still owed.
             _eval_or_stop(config, trainer, files.eval, chief, writer, monitor, saved_step, save)
         while step < config.num_train_steps:
-            if preemption.requested():
+            if preemption.requested(trainer.strategy):  # every worker votes, then all stop
                 _stop_for_preemption(trainer, saved_step, save)
             loop_start = time.time()
             result = trainer.train_steps(
@@ -136,7 +140,8 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
                     health.LR_ZERO.name in monitor.active)}, prefix="health/")
             if lock is not None:
                 lock.heartbeat()
-            if result.stop_reason == preemption.StopReason.PREEMPTED or preemption.requested():
+            if result.stop_reason == preemption.StopReason.PREEMPTED or \
+                    preemption.requested(trainer.strategy):
                 _stop_for_preemption(trainer, saved_step, save)
             why = _save_reason(config, step, result.stop_reason)
             if why:

@@ -5,20 +5,22 @@ initialised.
   `check_data_matches`: the vocabulary and the tfrecords agree with the hparams (a mismatch would
   fail deep inside tf.data, or index past the embedding table);
 - `restore_or_init`: resumes from the model dir's newest readable checkpoint, refusing another
-  model (ARCHITECTURE_KEYS, util/resume.py) or another vocabulary; else applies init_checkpoint,
-  refusing a fine-tuned one;
+  model (ARCHITECTURE_KEYS, util/resume.py), another vocabulary or changed training tfrecords
+  (`continue_data`, unless resume_on_changed_data); else applies init_checkpoint, refusing a
+  fine-tuned one;
 - `prepare_model_dir`: the files beside the checkpoints (resolved config, architecture configs,
-  a copy of the vocabulary).
+  a copy of the vocabulary, the identity of the training tfrecords: pretrain/data_record.py).
 """
 import logging
 import os
+from typing import NamedTuple
 
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
 from model import model_dir as model_dir_lib
 from model import tokenization
-from pretrain import evaluation, input_pipeline, pretrain_data
+from pretrain import data_record, evaluation, input_pipeline, pretrain_data
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
 from util import checkpoint, fs, io_utils, record_check, resume
@@ -51,11 +53,15 @@ def check_run(config: PretrainingConfig, chief: bool
     data files."""
     special_ids = load_special_ids(config)
     files = input_pipeline.find_files(config.pretrain_tfrecords, config.eval_tfrecords)
-    check_data_matches(config, files)
-    if config.do_eval or (config.do_train and config.eval_every_steps > 0):
+    evaluating = config.do_eval or (config.do_train and config.eval_every_steps > 0)
+    check_data_matches(config, files, evaluating)
+    if evaluating:
         evaluation.check_eval_data(config, files)
     checkpoint.check_path(config.model_dir, "model dir")
     config.check_output_paths(["results_txt", "results_json"], [])
+    config.check_outputs_apart(["results_txt", "results_json"], [
+        ("hparam 'vocab_file'", config.vocab_file)] + [
+        ("training file", f) for f in files.train] + [("held-out file", f) for f in files.eval])
     if chief and config.do_train:
         ok, reason = tu.is_writable_dir(config.model_dir)
         if not ok:
@@ -94,45 +100,93 @@ def load_special_ids(config: PretrainingConfig) -> SpecialIds:
     return SpecialIds.from_vocab(vocab, where=f"vocab file {config.vocab_file}")
 
 
-def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFiles) -> None:
-    """Refuses tfrecords built for another max_seq_length or vocabulary size (they would fail
-    deep inside tf.data, or index past the embedding table), naming the file that says so."""
-    directory = os.path.dirname(files.train[0])
-    metadata_path = os.path.join(directory, "metadata.json")
-    if fs.isfile(metadata_path):
-        metadata = io_utils.read_json(metadata_path)
-        built_sha = metadata.get("vocab_sha256")
-        # Same size is not enough: another vocabulary gives the ids other meanings.
-        if isinstance(built_sha, str) and built_sha != io_utils.sha256_file(config.vocab_file):
+class _DataGroup(NamedTuple):
+    """Shards checked together, and how messages name them and say what to do."""
+    paths: list[str]
+    noun: str  # "tfrecords", "held-out tfrecords"
+    where: str  # "" or " (hparam eval_tfrecords)": where the user chose them
+    fix: str  # formatted with key, built, wanted
+
+
+def check_data_matches(config: PretrainingConfig, files: input_pipeline.DataFiles,
+                       evaluating: bool = False) -> None:
+    """Refuses tfrecords built for another max_seq_length or vocabulary (they would fail deep
+    inside tf.data, or index past the embedding table), naming the file that says so: the
+    training shards, and the held-out ones when `evaluating` (one check for both)."""
+    groups = [_DataGroup(files.train, "tfrecords", "",
+                         "set \"{key}\": {built} or rebuild the data")]
+    if evaluating and files.eval:
+        where = "hparam eval_tfrecords" if config.eval_tfrecords else "metadata.json eval_files"
+        groups.append(_DataGroup(
+            files.eval, "held-out tfrecords", f" ({where})",
+            "rebuild the held-out data with {key} {wanted}, or point eval_tfrecords at held-out "
+            "data built like the training data"))
+    for group in groups:
+        for directory in sorted({os.path.dirname(p) for p in group.paths}):
+            _check_metadata(config, files, directory, group)
+        _check_first_example(config, group)
+
+
+def _check_metadata(config: PretrainingConfig, files: input_pipeline.DataFiles, directory: str,
+                    group: _DataGroup) -> None:
+    """The build settings metadata.json records in `directory` against the hparams, and the
+    sizes of the shards it lists."""
+    metadata_path = os.path.join(directory, pretrain_data.METADATA_FILE)
+    if not fs.isfile(metadata_path):
+        return
+    metadata = io_utils.read_json(metadata_path)
+    named = f"{group.noun} in {directory}{group.where}"
+    built_sha = metadata.get("vocab_sha256")
+    # Same size is not enough: another vocabulary gives the ids other meanings.
+    if isinstance(built_sha, str) and built_sha != io_utils.sha256_file(config.vocab_file):
+        raise HParamError(
+            f"vocabulary {config.vocab_file} is not the one the {named} were built with "
+            f"({metadata.get('vocab_file', '?')}, sha256 {built_sha[:12]}... in "
+            f"{metadata_path}); set \"vocab_file\" to that vocabulary, or rebuild the data "
+            "with this one")
+    for key in ("max_seq_length", "vocab_size"):
+        built, wanted = metadata.get(key), getattr(config, key)
+        if isinstance(built, int) and built != wanted:
             raise HParamError(
-                f"vocabulary {config.vocab_file} is not the one the tfrecords in {directory} "
-                f"were built with ({metadata.get('vocab_file', '?')}, sha256 {built_sha[:12]}... "
-                f"in {metadata_path}); set \"vocab_file\" to that vocabulary, or rebuild the "
-                "data with this one")
-        for key in ("max_seq_length", "vocab_size"):
-            built, wanted = metadata.get(key), getattr(config, key)
-            if isinstance(built, int) and built != wanted:
-                raise HParamError(
-                    f"the tfrecords in {directory} were built with {key} {built} "
-                    f"({metadata_path}) but hparam {key} is {wanted}; set \"{key}\": {built} "
-                    "or rebuild the data")
-        sizes = metadata.get("shard_bytes")
-        for path in (files.train + files.eval) if isinstance(sizes, dict) else ():
-            expected = sizes.get(os.path.basename(path)) if os.path.dirname(path) == directory \
-                else None
-            if isinstance(expected, int) and fs.getsize(path) != expected:
-                raise record_check.DamagedRecordFileError(
-                    f"pre-training tfrecord file {path} has {fs.getsize(path)} bytes but "
-                    f"the build wrote {expected} ({metadata_path}): a truncated or partial copy; "
-                    "copy it again or rebuild the data")
-    first = next((f for f in files.train if fs.getsize(f) > 0), None)
-    for record in tf.data.TFRecordDataset(first).take(1):
+                f"the {named} were built with {key} {built} ({metadata_path}) but hparam {key} "
+                f"is {wanted}; " + group.fix.format(key=key, built=built, wanted=wanted))
+    sizes = metadata.get("shard_bytes")
+    for path in (files.train + files.eval) if isinstance(sizes, dict) else ():
+        expected = sizes.get(os.path.basename(path)) if os.path.dirname(path) == directory \
+            else None
+        if isinstance(expected, int) and fs.getsize(path) != expected:
+            raise record_check.DamagedRecordFileError(
+                f"pre-training tfrecord file {path} has {fs.getsize(path)} bytes but "
+                f"the build wrote {expected} ({metadata_path}): a truncated or partial copy; "
+                "copy it again or rebuild the data")
+
+
+def _check_first_example(config: PretrainingConfig, group: _DataGroup) -> None:
+    """The length and the token ids of the group's first example (shards without a
+    metadata.json say them nowhere else)."""
+    first = next((f for f in group.paths if fs.getsize(f) > 0), None)
+    file_noun = group.noun[:-1]  # "held-out tfrecord"
+    try:
+        records = list(tf.data.TFRecordDataset(first).take(1)) if first else []
+    except tf.errors.DataLossError as e:
+        raise record_check.damaged_file_error([first], e, file_noun + " file") from None
+    for record in records:
         example = tf.train.Example.FromString(record.numpy())
-        length = len(example.features.feature["input_ids"].int64_list.value)
-        if length != config.max_seq_length:
+        ids = example.features.feature["input_ids"].int64_list.value
+        if len(ids) != config.max_seq_length:
             raise HParamError(
-                f"{first} holds examples of {length} tokens but hparam max_seq_length is "
-                f"{config.max_seq_length}; set \"max_seq_length\": {length} or rebuild the data")
+                f"{file_noun} {first}{group.where} holds examples of {len(ids)} tokens but "
+                f"hparam max_seq_length is {config.max_seq_length}; " + group.fix.format(
+                    key="max_seq_length", built=len(ids), wanted=config.max_seq_length))
+        # Another vocabulary shows when an id falls outside this one (the embedding lookup
+        # would fail mid-run); a smaller one only through metadata.json's vocab_sha256.
+        if max(ids, default=0) >= config.vocab_size:
+            raise HParamError(
+                f"{file_noun} {first}{group.where} holds token id {max(ids)}, outside hparam "
+                f"vocab_size {config.vocab_size}: it was built with another vocabulary; "
+                + ("give the vocabulary it was built with (vocab_file, vocab_size), or rebuild "
+                   "the data" if not group.where else group.fix.format(
+                       key="vocabulary", wanted=config.vocab_file)))
 
 
 # -- the model dir -----------------------------------------------------------------------------
@@ -157,7 +211,7 @@ def check_resume_vocab(config: PretrainingConfig) -> None:
     checkpoints were trained with), even of the same size: it would be overwritten and the
     checkpoints left beside a vocabulary they never saw."""
     saved = tokenization.find_vocab_file(config.model_dir)
-    if saved is None or fs.abspath(saved) == fs.abspath(config.vocab_file):
+    if saved is None or fs.same_place(saved, config.vocab_file):
         return
     if os.path.basename(saved) != os.path.basename(_vocab_copy_path(config)) or \
             not fs.same_content(saved, config.vocab_file):
@@ -182,10 +236,31 @@ def prepare_model_dir(config: PretrainingConfig, trainer: Trainer) -> None:
     if trainer.model.generator_config is not None:
         io_utils.write_text(os.path.join(d, model_dir_lib.GENERATOR_CONFIG_FILE),
                             trainer.model.generator_config.to_json_string() + "\n")
+    if trainer.data_record is not None:
+        io_utils.write_json(data_record.path(d), trainer.data_record)
     vocab_copy = _vocab_copy_path(config)
-    if fs.abspath(vocab_copy) != fs.abspath(config.vocab_file) and not (
+    if not fs.same_place(vocab_copy, config.vocab_file) and not (
             fs.exists(vocab_copy) and fs.same_content(vocab_copy, config.vocab_file)):
         io_utils.copy_file(config.vocab_file, vocab_copy)
+
+
+def continue_data(config: PretrainingConfig, trainer: Trainer, train_files: list[str]) -> str:
+    """The data order a resumed run continues on: its own while its training tfrecords are the
+    ones data_record.RECORD_FILE names (exact resume); on changed ones a refusal, or with
+    resume_on_changed_data a new order from the new files' start. Returns a note for the log."""
+    step = trainer.global_step
+    record, changed = data_record.check(config.model_dir, train_files, config.seed, step,
+                                        config.resume_on_changed_data)
+    trainer.data_record = record
+    trainer.data_seed = record["data_seed"]
+    if step == record["since_step"] and step > 0:  # a checkpoint of the old files' stream
+        trainer.input_position.assign(input_pipeline.START)
+    if changed:
+        log.warning("training tfrecords changed since step %d (%s): continuing on a new data "
+                    "order (resume_on_changed_data), from the start of the new files' stream",
+                    step, "; ".join(changed))
+        return "; a new data order (the training tfrecords changed)"
+    return ""
 
 
 def check_init_is_not_finetuned(path: str) -> None:
@@ -204,9 +279,11 @@ def check_init_is_not_finetuned(path: str) -> None:
         + (f" ({source})" if isinstance(source, str) and source else ""))
 
 
-def restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
+def restore_or_init(config: PretrainingConfig, trainer: Trainer,
+                    train_files: list[str] | None = None) -> str:
     """Resumes from the model dir's newest readable checkpoint, else applies init_checkpoint;
-    returns what it did, for the log."""
+    returns what it did, for the log. With `train_files` (a training run), also settles the
+    data order the run continues on (`continue_data`)."""
     latest = (checkpoint.latest_valid(config.model_dir, strict=True)
               if fs.isdir(config.model_dir) else None)
     saved_config = os.path.join(config.model_dir, model_dir_lib.PRETRAIN_CONFIG_FILE)
@@ -220,7 +297,12 @@ def restore_or_init(config: PretrainingConfig, trainer: Trainer) -> str:
         if config.init_checkpoint:
             log.info("model dir has checkpoints: init_checkpoint %s is ignored",
                      config.init_checkpoint)
-        return f"resumed from {latest} at step {trainer.global_step}"
+        how = f"resumed from {latest} at step {trainer.global_step}"
+        if train_files and config.do_train:
+            how += continue_data(config, trainer, train_files)
+        return how
+    if train_files and config.do_train:
+        trainer.data_record = data_record.fresh(train_files, config.seed)
     if config.init_checkpoint:
         check_init_is_not_finetuned(config.init_checkpoint)
         report = trainer.init_from(config.init_checkpoint, config.init_checkpoint_keep_step)

@@ -60,6 +60,10 @@ class Trainer:
         self.use_xla = distribution.default_use_xla(
             config.use_xla if use_xla is None else use_xla)
         self.seed = config.seed
+        # The data order's seed: the run's, or a new one once its tfrecords changed
+        # (pretrain/data_record.py, set by pretrain/run_setup.py with the record it follows).
+        self.data_seed = config.seed
+        self.data_record: dict | None = None
         self.per_replica_batch = distribution.per_replica_batch_size(
             config.train_batch_size, self.strategy)
         self.per_replica_eval_batch = distribution.per_replica_batch_size(
@@ -139,7 +143,7 @@ class Trainer:
 
         def dataset_fn(context):
             return input_pipeline.train_dataset(
-                files, seed=cfg.seed, global_batch_size=cfg.train_batch_size,
+                files, seed=self.data_seed, global_batch_size=cfg.train_batch_size,
                 max_seq_length=cfg.max_seq_length, cycle_length=cfg.input_cycle_length,
                 shuffle_buffer_size=cfg.shuffle_buffer_size, start_position=start,
                 input_context=context)
@@ -251,7 +255,8 @@ class Trainer:
         totals: dict = {}
         for i in range(num_batches):
             preemption.check(f"the eval at step {self.global_step} (batch {i + 1} of "
-                             f"{num_batches})", "re-run the same command to evaluate")
+                             f"{num_batches})", "re-run the same command to evaluate",
+                             self.strategy)
             sums = self._eval_step_fn(iterator, tf.constant(i, tf.int64))
             for key, value in sums.items():
                 totals[key] = totals.get(key, 0.0) + np.asarray(value, np.float64)

@@ -26,6 +26,69 @@ def shared_data() -> pathlib.Path:
     return SHARED_DATA
 
 
+# The named integration runs: each trains, kills or compiles for over 10 s, and nothing cheaper
+# shows its point. They carry the `slow` marker, so that `pytest -m "not slow" tests` is the fast
+# loop for edits; README's test command runs them all. A test id without brackets names every
+# parametrization. A new entry needs the reason it cannot be cheaper.
+SLOW_RUNS = {
+    "test_run_pretraining_integration.py::test_tiny_electra_learns_on_real_text",
+    "test_run_pretraining_distributed.py::test_same_loss_curve_and_weights_as_one_device",
+    "test_run_pretraining_distributed.py::test_only_the_chief_writes",
+    "test_run_pretraining_resume.py::test_sigkill_then_resume_equals_uninterrupted",
+    "test_preemption.py::test_pretraining_sigterm_then_sigint_mid_loop_save_and_resume_bit_for_bit",
+    "test_preemption.py::test_pretraining_signal_during_a_checkpoint_write_completes_it_then_stops",
+    "test_preemption.py::test_multi_worker_one_worker_signalled_all_stop_at_the_same_step",
+    "test_preemption.py::test_finetuning_trial_sigterm_saves_and_resumes_bit_for_bit",
+    "test_preemption.py::test_finetuning_signal_after_a_trial_stops_before_the_next",
+    "test_reliability_kill.py::test_pretraining_killed_between_data_and_index_rename_resumes_exactly",
+    "test_reliability_kill.py::test_finetuning_killed_before_the_state_file_update_resumes_exactly",
+    "test_reliability_faults.py::test_full_disk_mid_run_is_a_clear_error_and_keeps_the_checkpoints",
+    "test_health_runs.py::test_the_demos_recipe_is_healthy_at_its_first_eval_then_its_discriminator_stalls",
+    "test_health_runs.py::test_official_optimizer_with_a_short_warmup_stalls_the_discriminator",
+    "test_fingerprints.py::test_pretraining_objective_computes_what_it_did",
+    "test_fingerprints.py::test_finetuning_family_computes_what_it_did",
+    "test_recompute_grad.py::test_electric_trains_with_recompute_and_reports_discriminator_metrics",
+    "test_recompute_grad.py::test_accumulation_with_recompute_matches_the_plain_full_batch_step",
+    "test_demo.py::test_demo_path_runs_and_writes_its_outputs",
+    "test_reference_step.py::test_electra_step_matches_the_official_formulas_through_warmup",
+    "test_reference_step.py::test_electra_step_in_bfloat16_and_under_xla",
+    "test_reference_step.py::test_electra_step_with_bias_corrected_adam",
+    "test_probing.py::test_probe_tool_on_a_tiny_wordpiece_model",
+    "test_probing.py::test_probes_on_the_shared_conll_and_sst_files",
+    "test_xla.py::test_xla_pretraining_computes_what_graph_mode_computes",
+    "test_xla.py::test_xla_finetuning_computes_what_graph_mode_computes",
+    "test_xla.py::test_xla_pretraining_in_float16_scales_the_loss",
+    "test_xla.py::test_xla_pretraining_in_bfloat16_tracks_float32",
+    "test_qa_end_to_end.py::test_squad_v1_and_v2_end_to_end",
+    "test_cloud_storage.py::test_every_command_on_ram",
+    "test_tagging.py::test_end_to_end_on_a_slice_of_the_shared_training_file",
+    "test_run_finetuning.py::test_halted_trial_resumes_to_the_same_weights",
+    # Two trials trained and evaluated, cut and full: the equality of whole runs.
+    "test_bucketing.py::test_training_and_predictions_equal_full_padding",
+}
+
+
+def _shares_a_module_fixture(item) -> bool:
+    return any(defs[-1].scope in ("module", "class", "package")
+               for defs in item._fixtureinfo.name2fixturedefs.values())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the named integration runs `slow`; keeps the tests that share a module-scoped run
+    on one worker of a parallel session (`-n 2`), so it is trained once; starts the modules
+    holding long runs first, so that workers do not end on one long run."""
+    named = set()
+    for item in items:
+        test_id = item.nodeid.split("tests/", 1)[-1].split("[", 1)[0]
+        if test_id in SLOW_RUNS:
+            named.add(test_id)
+            item.add_marker(pytest.mark.slow)
+        if _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow_modules)  # stable: modules stay whole
+
+
 @pytest.fixture
 def instances_of(monkeypatch):
     """instances_of(cls) -> a list that every instance of `cls` made afterwards in the test is

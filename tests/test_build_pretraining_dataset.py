@@ -5,7 +5,9 @@ import json
 import lzma
 import os
 import pathlib
+import re
 import tarfile
+import time
 
 import pytest
 
@@ -13,7 +15,7 @@ import build_pretraining_dataset
 from model import tokenization
 from pretrain import pretrain_data
 from pretrain.builder import dataset_builder
-from util import io_utils
+from util import io_utils, workers
 
 WORDS = [f"w{i}" for i in range(300)]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "cafe", "\u535a"] + WORDS
@@ -273,6 +275,15 @@ def test_worker_processes_read_and_write_through_urls(tmp_path, vocab_file, monk
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     url = lambda p: "file://" + str(p)
+    # A worker killed on the way stops the build at once (it used to wait forever); the next
+    # build resumes it.
+    _kill_the_worker_of_group_0(monkeypatch, tmp_path)
+    with pytest.raises(workers.WorkerDied, match=r"was killed by SIGKILL .* while building "
+                                                 r"pretrain_data\.tfrecord-0-of-3"):
+        build(url(tmp_path / "corpus"), url(tmp_path / "bucket" / "out"), url(vocab_file),
+              num_out_files=3, seed=7, num_processes=2)
+    monkeypatch.undo()
+    monkeypatch.chdir(cwd)
     remote = build(url(tmp_path / "corpus"), url(tmp_path / "bucket" / "out"), url(vocab_file),
                    num_out_files=3, seed=7, num_processes=2)
     assert os.listdir(cwd) == []
@@ -501,3 +512,51 @@ def test_real_corpus_slice(shared_data, tmp_path):
     assert metadata["num_tokens"] == sum(len(tokenizer.encode(line)) for line in lines)
     # Long paragraphs are split, not cut: every token is kept.
     assert metadata["num_tokens_kept"] == metadata["num_tokens"] and metadata["num_tokens_cut"] == 0
+
+
+
+def _kill_the_worker_of_group_0(monkeypatch, tmp_path) -> pathlib.Path:
+    """Makes the build's worker process that takes group 0 SIGKILL itself (tests/worker_faults.py);
+    returns the file where it writes the time of its death."""
+    from tests import worker_faults
+
+    killed_at = tmp_path / "killed_at"
+    monkeypatch.setenv("WORKER_FAULT_TIME_FILE", str(killed_at))
+    monkeypatch.setattr(dataset_builder.example_builder, "build_group",
+                        worker_faults.build_group_then_die_on_group_0)
+    return killed_at
+
+
+def test_a_killed_worker_stops_the_build_at_once_and_a_rerun_completes_it(
+        tmp_path, vocab_file, monkeypatch, capsys):
+    """A worker killed by SIGKILL (as the out-of-memory killer would) used to leave the parent
+    waiting forever without a word (multiprocessing.Pool replaced the worker and lost its task).
+    Now the build stops within a second with exit status 4, naming the worker's signal and the
+    shard it was building; the re-run keeps the complete shards and ends with the bytes of an
+    unbroken build. (On URL outputs: test_worker_processes_read_and_write_through_urls.)"""
+    make_corpus(tmp_path / "corpus", num_files=4, docs_per_file=8)
+    reference = build(tmp_path / "corpus", tmp_path / "reference", vocab_file, num_out_files=4)
+    out = tmp_path / "out"
+    argv = ["--corpus-dir", str(tmp_path / "corpus"), "--vocab-file", vocab_file,
+            "--output-dir", str(out), "--max-seq-length", "32", "--num-out-files", "4",
+            "--eval-fraction", "0", "--num-processes", "2", "--no-progress"]
+    killed_at = _kill_the_worker_of_group_0(monkeypatch, tmp_path)
+    assert build_pretraining_dataset.main(argv) == workers.EXIT_WORKER_DIED
+    stopped_after = time.time() - float(killed_at.read_text())
+    err = capsys.readouterr().err
+    assert re.search(r"worker process \d+ was killed by SIGKILL \(the kernel's out-of-memory "
+                     r"killer sends it when memory runs out\) while building "
+                     r"pretrain_data\.tfrecord-0-of-4\. The shards completed so far are kept: "
+                     r"re-run the same command", err), err
+    assert stopped_after < 2.0
+    assert not (out / "metadata.json").exists()
+    kept = sorted(n for n in os.listdir(out) if n.startswith("pretrain_data"))
+    assert "pretrain_data.tfrecord-0-of-4" not in kept
+
+    monkeypatch.undo()
+    assert build_pretraining_dataset.main(argv) == 0
+    if kept:
+        assert f"{len(kept)} of 4 shards are already complete" in capsys.readouterr().out
+    for name in reference["shards"]:
+        assert (out / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
+    assert not [n for n in os.listdir(out) if ".tmp" in n]

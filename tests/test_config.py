@@ -114,3 +114,23 @@ def test_finetuning_reads_the_pretrained_architecture(tmp_path):
     random_init = FinetuningConfig.from_hparams("tiny", str(tmp_path), {"task_names": ["sst"],
                                                                          "init_checkpoint": ""})
     assert random_init.bert_config().hidden_size == 256  # the model size's (small) architecture
+
+
+@pytest.mark.parametrize("make, where", [
+    (lambda: PretrainingConfig.from_hparams("m", "file://data", {}), "--data-dir file://data"),
+    (lambda: PretrainingConfig.from_hparams("m", "/d",
+                                            {"probe_tasks": {"pos": "file://c/pos.txt"}}),
+     "hparam 'probe_tasks.pos' file://c/pos.txt"),
+    (lambda: FinetuningConfig.from_hparams("m", "/d", {"task_names": ["sst"],
+                                                       "raw_data_dir": "file://glue/{task}"}),
+     "hparam 'raw_data_dir' file://glue/{task}"),
+    (lambda: FinetuningConfig.from_hparams("m", "/d", {"task_names": ["mine"], "custom_tasks": {
+        "mine": {"type": "classification", "train": "file://d/train.csv", "text_a": "t",
+                 "label": "l"}}}), "hparam 'custom_tasks.mine.train' file://d/train.csv"),
+])
+def test_a_relative_file_url_is_refused_wherever_a_path_enters_the_hparams(make, where):
+    # file://data names host "data", path /: TensorFlow would read and write at the root.
+    with pytest.raises(HParamError) as e:
+        make()
+    assert str(e.value).startswith(where + ": a file:// URL needs an absolute path"), str(e.value)
+    assert "Did you mean file:///" in str(e.value)

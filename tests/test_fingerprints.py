@@ -60,25 +60,36 @@ def _assert_close(run: str, recorded: dict, now: dict) -> None:
         assert np.isclose(now["eval"][key], value, rtol=rtol, atol=atol), (run, key)
 
 
-def test_pretraining_objectives_compute_what_they_did(tmp_path):
+def _recorded_runs(prefix: str) -> list[str]:
+    return sorted(name[len(prefix):] for name in json.loads(RECORD.read_text())
+                  if name.startswith(prefix))
+
+
+def test_the_record_holds_every_objective_and_family():
     tool = _tool()
-    recorded = json.loads(RECORD.read_text())
-    now = tool.compact(tool.fingerprints(finetune=False))
-    runs = [r for r in recorded if r.startswith("pretrain/")]
-    assert sorted(runs) == sorted(now) and len(runs) == len(tool.PRETRAIN_VARIANTS)
-    for run in runs:
-        _assert_close(run, recorded[run], now[run])
+    assert _recorded_runs("pretrain/") == sorted(tool.PRETRAIN_VARIANTS)
+    assert _recorded_runs("finetune/") == sorted(tool.finetune_variants()) == [
+        "chunk", "squadv1", "sst"]
 
 
-def test_finetuning_families_compute_what_they_did(shared_data, tmp_path):
+# One test per run, so that a parallel session spreads them over its workers.
+@pytest.mark.parametrize("name", _recorded_runs("pretrain/"))
+def test_pretraining_objective_computes_what_it_did(name, tmp_path):
+    tool = _tool()
+    run = f"pretrain/{name}"
+    now = tool.compact({run: tool.pretrain_fingerprint(str(tmp_path), name,
+                                                       tool.PRETRAIN_VARIANTS[name])})
+    _assert_close(run, json.loads(RECORD.read_text())[run], now[run])
+
+
+@pytest.mark.parametrize("name", _recorded_runs("finetune/"))
+def test_finetuning_family_computes_what_it_did(name, shared_data, tmp_path):
     os.environ.setdefault("ELECTRA_SHARED_DATA", str(shared_data))
     tool = _tool()
-    recorded = json.loads(RECORD.read_text())
-    now = tool.compact(tool.fingerprints(pretrain=False))
-    runs = [r for r in recorded if r.startswith("finetune/")]
-    assert sorted(runs) == sorted(now) == ["finetune/chunk", "finetune/squadv1", "finetune/sst"]
-    for run in runs:
-        _assert_close(run, recorded[run], now[run])
+    run = f"finetune/{name}"
+    now = tool.compact({run: tool.finetune_fingerprint(str(tmp_path), name,
+                                                       tool.finetune_variants()[name])})
+    _assert_close(run, json.loads(RECORD.read_text())[run], now[run])
 
 
 @pytest.mark.parametrize("changed", [False, True])

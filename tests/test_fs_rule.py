@@ -57,6 +57,8 @@ ALLOWED = {
     ("demo.py", "*", "*"):
         "the demo's own work directory, on the local disk by design (it prints host details "
         "and runs the commands as subprocesses on files it generates)",
+    ("util/console.py", "_import_tensorflow_with_startup_lines_filtered", "tempfile.TemporaryFile"):
+        "catches the process's own stderr while TensorFlow loads (not a user path)",
     ("predict.py", "_input_file", "tempfile.TemporaryDirectory"):
         "standard input copied to a private local temporary file (not a user path)",
     ("predict.py", "_input_file", "open"):

@@ -16,7 +16,7 @@ import run_finetuning
 import run_pretraining
 from conftest import REPO_ROOT
 from configure_pretraining import PretrainingConfig
-from pretrain import evaluation, input_pipeline, run_setup
+from pretrain import evaluation, health, input_pipeline, run_setup
 from pretrain.trainer import Trainer
 from tests.test_docs import load_tool
 from tests.test_finetune_data import make_config
@@ -164,11 +164,11 @@ def test_a_trial_on_a_nearly_one_class_training_file_is_flagged_collapsed(tmp_pa
                                                  "intermediate_size": 64})
     summary = run_finetuning.run_finetuning(config)
     trial = summary["trials"][0]
-    assert trial["collapsed"] == {"sst": "every dev prediction is class 0"}
+    assert trial["collapsed"] == {"sst": "every dev prediction is '0'"}  # SST's label
     assert summary["collapsed_trials"] == 1
     assert summary["median"]["sst"]["accuracy"] == trial["results"]["sst"]["accuracy"] == 50.0
     text = open(config.results_txt).read()
-    assert "COLLAPSED (sst: every dev prediction is class 0)" in text
+    assert "COLLAPSED (sst: every dev prediction is '0')" in text
     assert "(1 collapsed trial(s) included)" in text
 
 
@@ -199,6 +199,32 @@ def test_a_generator_that_has_learned_repetitive_text_is_too_strong(repetitive_d
     assert history[1]["health"]["generator_too_strong"] == 40
     assert history[1]["disc_replaced_rate"] < 0.05 < history[0]["disc_replaced_rate"]
     assert history[1]["sampled_masked_lm_accuracy"] > 0.6
+
+
+def test_electra_15_with_a_generator_yet_to_learn_calls_every_token_replaced(tmp_path, caplog,
+                                                                          capsys):
+    """ELECTRA 15% trains the discriminator only at the masked positions; while the generator
+    is weak nearly all of them are replaced, and it learns to answer "replaced" everywhere
+    (measured on the toy language: every real token called replaced where 13.7% were, real-token
+    AUC 0.46 at step 20, 0.52 at step 40). Step 20 is within the discriminator's grace (10
+    warm-up steps and 20 more), so the state is announced at step 40, with electra_15's advice,
+    in the log and on inspect_run's page (both read the run's config)."""
+    data = fx.write_data(str(tmp_path / "toy"))
+    with caplog.at_level("WARNING", logger=health.__name__):
+        config, history = _toy_run(data, "electra_15", electra_15=True, num_train_steps=40,
+                                   eval_every_steps=20)
+    assert [(h["global_step"], "disc_all_replaced" in h["health"]) for h in history] == [
+        (20, False), (40, True)]
+    assert history[1]["health"]["disc_all_replaced"] == 40
+    assert history[1]["disc_positive_rate"] == 1.0 > 0.2 > history[1]["disc_replaced_rate"]
+    assert history[1]["disc_auc_real"] < 0.6
+    began = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("health: disc_all_replaced since step 40")]
+    assert len(began) == 1 and "Try: electra_15 false" in began[0]
+    assert load_tool("inspect_run").main([config.model_dir]) == 0
+    page = capsys.readouterr().out
+    assert "disc_all_replaced: began at step 40, active" in page
+    assert "try: electra_15 false" in page
 
 
 def test_the_official_optimizer_at_a_high_rate_collapses_the_token_vectors(repetitive_data):

@@ -264,6 +264,19 @@ def test_two_stage_init_and_frozen_generator(tmp_path):
     assert all(g is not None for g in grads[:3])
 
 
+def test_two_stage_init_refuses_to_write_over_its_input_in_any_spelling(tmp_path):
+    tensors = {"generator_predictions/output_bias": np.zeros(3, np.float32),
+               "electra/embeddings/word_embeddings": np.ones((3, 2), np.float32)}
+    prefix = str(tmp_path / "stage1" / "model.ckpt-1")
+    checkpoint.save_tensors(prefix, tensors)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "stage1").iterdir()}
+    with pytest.raises(ValueError, match=r"output_prefix file://.*stage1/\.\./stage1/model\.ckpt-1 "
+                                         r"is the stage-1 checkpoint .*stage1/model\.ckpt-1"):
+        _tool("two_stage_init").make_two_stage_init(
+            str(tmp_path / "stage1"), f"file://{tmp_path}/stage1/../stage1/model.ckpt-1")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "stage1").iterdir()} == before
+
+
 # -- Electric -----------------------------------------------------------------------------------
 
 def test_directional_towers_and_cloze_never_see_their_own_token():

@@ -3,7 +3,8 @@
 A signalled run stops at the next step boundary (inside a long in-graph loop too), writes a
 checkpoint at that step, exits 75, and the same command resumes it to the weights of a run that
 was never interrupted, bit for bit. Also: a signal during a checkpoint write, the time-based
-checkpoint interval, and a two-worker MultiWorkerMirroredStrategy run with one worker signalled.
+checkpoint interval, and a two-worker MultiWorkerMirroredStrategy run with one worker signalled
+(and one killed).
 """
 import json
 import logging
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 import pretrain_fixtures as fx
-from util import checkpoint, preemption
+from util import checkpoint, preemption, workers
 
 from tests.test_finetune_data import VOCAB, write_fixtures
 from tests.test_run_pretraining_distributed import _free_ports
@@ -312,37 +313,87 @@ def test_finetuning_signal_after_a_trial_stops_before_the_next(tmp_path):
 # -- two workers -----------------------------------------------------------------------------------
 
 
+def _two_workers(data, name, hparams, chief_prefix=()):
+    """A MultiWorkerMirroredStrategy run of two processes: (chief, other). `chief_prefix`: argv
+    that runs the chief's script under a hook (tools/kill_resume.py --child ... --)."""
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    runs = []
+    for index in range(2):
+        env = _env()
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                       "task": {"type": "worker", "index": index}})
+        prefix = list(chief_prefix) if index == 0 else []
+        runs.append(Run(prefix + _script("run_pretraining.py", data, name, hparams), env=env))
+    return runs
+
+
+def _held_chief(model_dir, tmp_path, name):
+    """argv that holds a chief inside its first checkpoint write (before the index is renamed
+    into place) until the test writes the file `go`; `paused` appears when it is held."""
+    paused, go = tmp_path / f"{name}.paused", tmp_path / f"{name}.go"
+    return paused, go, [KILL_RESUME, "--child", "--watch", model_dir, "--pattern",
+                        "model.ckpt-*.index", "--op", "replace", "--ordinal", "1",
+                        "--event-log", str(paused), "--pause-until", str(go), "--"]
+
+
+def _wait_until_held(paused, runs):
+    end = time.time() + 600
+    while not paused.exists():
+        assert all(run.proc.poll() is None for run in runs), \
+            "".join(run.stderr[-3000:] for run in runs)
+        assert time.time() < end
+        time.sleep(0.05)
+
+
 def test_multi_worker_one_worker_signalled_all_stop_at_the_same_step(tmp_path):
+    """Two workers, the chief held inside a checkpoint write at each moment that matters (a
+    pause, not a race: the same on any load).
+    1. The non-chief is signalled between two blocks of steps. The workers agree on every stop
+       decision (one all-reduce of the votes, between blocks too) and leave together: all exit
+       75 at the same step, the non-chief only once the chief's checkpoint is on disk. (A
+       worker signalled outside the loop of steps used to stop alone, and the chief waited in
+       its next collective until it failed: exit 1, "stopped sending heartbeats", unsaved.)
+    2. The resumed non-chief is killed (SIGKILL, as the out-of-memory killer would): the chief
+       stops in its next collective with exit 4, naming the dead worker (was a traceback and
+       exit 1), its checkpoint kept.
+    3. The re-run ends bit-identical to a two-worker run never interrupted."""
     data = fx.write_data(str(tmp_path / "data"))
-    steps = 300
-    hparams = fx.tiny_hparams(num_train_steps=steps, iterations_per_loop=steps,
-                              save_checkpoints_steps=0, do_eval=False, strategy="multi_worker")
-
-    def workers(name):
-        ports = _free_ports(2)
-        cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-        runs = []
-        for index in range(2):
-            env = _env()
-            env["TF_CONFIG"] = json.dumps({"cluster": cluster,
-                                           "task": {"type": "worker", "index": index}})
-            runs.append(Run(_script("run_pretraining.py", data, name, hparams), env=env))
-        return runs
-
-    references = workers("reference")  # two workers, never interrupted
-    chief, other = workers("victim")
-    other.wait_for("starting from scratch")
-    time.sleep(3.0)
-    other.proc.send_signal(signal.SIGTERM)  # the non-chief: the chief must save anyway
-    assert other.finish() == preemption.EXIT_PREEMPTED, other.stderr[-3000:]
-    assert chief.finish() == preemption.EXIT_PREEMPTED, chief.stderr[-3000:]
-    step = _stopped_step(other, "SIGTERM")
-    assert _stopped_step(chief, "a signal to another worker") == step
-    assert 0 < step < steps
+    steps = 12
+    hparams = fx.tiny_hparams(num_train_steps=steps, iterations_per_loop=4,
+                              save_checkpoints_steps=4, do_eval=False, strategy="multi_worker")
+    references = _two_workers(data, "reference", hparams)
     model_dir = os.path.join(data, "models", "victim")
-    assert _newest_step(model_dir) == step
 
-    for run in workers("victim") + references:
+    paused, go, hook = _held_chief(model_dir, tmp_path, "signalled")  # at its step-4 save
+    chief, other = _two_workers(data, "victim", hparams, chief_prefix=hook)
+    _wait_until_held(paused, [chief, other])
+    other.proc.send_signal(signal.SIGTERM)  # the non-chief: the chief must save anyway
+    other.wait_for("SIGTERM received")
+    go.write_text("")
+    assert other.finish() == preemption.EXIT_PREEMPTED, other.stderr[-3000:]
+    step = _stopped_step(other, "SIGTERM")
+    assert step in (4, 5)  # the vote between the blocks, or the next step's in the loop
+    assert _newest_step(model_dir) == step  # saved before the non-chief left
+    assert chief.finish() == preemption.EXIT_PREEMPTED, chief.stderr[-3000:]
+    assert _stopped_step(chief, "a signal to another worker") == step
+    assert "Traceback" not in chief.stderr + other.stderr
+
+    paused, go, hook = _held_chief(model_dir, tmp_path, "killed")  # at its step-8 save
+    chief, other = _two_workers(data, "victim", hparams, chief_prefix=hook)
+    _wait_until_held(paused, [chief, other])
+    other.proc.kill()
+    killed = time.time()
+    go.write_text("")
+    assert chief.finish() == workers.EXIT_WORKER_DIED, chief.stderr[-3000:]
+    assert time.time() - killed < 120  # TensorFlow's heartbeat timeout is 10 s
+    assert re.search(r"worker /job:worker/replica:0/task:1 of this multi-worker run stopped "
+                     r"answering \(.+\): it died \(killed, out of memory\)", chief.stderr), \
+        chief.stderr[-3000:]
+    assert "Traceback" not in chief.stderr
+    assert _newest_step(model_dir) == 8
+
+    for run in _two_workers(data, "victim", hparams) + references:
         assert run.finish() == 0, run.stderr[-3000:]
     got = _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
     assert int(got["global_step"]) == steps

@@ -84,6 +84,18 @@ def test_held_out_files_from_metadata_or_hparam_are_excluded(tmp_path):
     assert len(batches) == 3  # the 3 held-out records repeat to fill 3 batches of 2
 
 
+def test_held_out_files_are_excluded_however_their_directory_is_spelled(tmp_path):
+    # Training data as a file:// URL through a symlink, held-out shard as a local path: the
+    # string comparison used to keep the held-out shard in the training data.
+    fx.write_data(str(tmp_path / "data"), num_files=4, per_file=3, eval_files=0)
+    os.symlink(tmp_path / "data", tmp_path / "link")
+    held_out = str(tmp_path / "data" / "pretrain_tfrecords" / pretrain_data.shard_name(0, 4))
+    files = ip.find_files(f"file://{tmp_path}/link//pretrain_tfrecords/pretrain_data.tfrecord*",
+                          eval_tfrecords=held_out)
+    assert files.eval == [held_out] and len(files.train) == 3
+    assert all(not f.endswith(pretrain_data.shard_name(0, 4)) for f in files.train)
+
+
 def test_missing_or_unusable_data_is_refused_with_the_pattern(tmp_path):
     with pytest.raises(ValueError, match="no file matches"):
         ip.find_files(str(tmp_path / "nothing*"))

@@ -235,3 +235,39 @@ def test_question_without_windows(tmp_path):
     prediction = qa_metrics.predict_question(_example(), [], [], _config(tmp_path), v2=True)
     assert prediction.text == qa_metrics.EMPTY_PREDICTION
     assert prediction.null_score == qa_metrics.NO_WINDOW_NULL_SCORE
+
+
+class _OneWindowTask:
+    """A SQuAD 2.0 task whose questions each have _window() and one joint-prediction result."""
+    name, is_mrqa = "squad", False
+
+    def __init__(self, config, answerable_logit, gold):
+        self.config, self.answerable_logit, self.gold = config, answerable_logit, gold
+
+    def get_examples(self, split):
+        return [qa_data.QAExample(task_name="squad", eid=i, qas_id=f"q{i}", question_text="q",
+                                  doc_tokens=["Alpha", "Betas,", "gamma"], gold_answers=gold)
+                for i, gold in enumerate(self.gold)]
+
+    def predict_questions(self, examples, rows):
+        result = _joint_result([4, 3, 6], [-0.1, -3.0, -3.0], [[5, 5, 5]] * 3,
+                               [[-0.1] * 3] * 3, self.answerable_logit)
+        return {e.qas_id: qa_metrics.predict_question(e, [_window()], [result], self.config,
+                                                      v2=True) for e in examples}
+
+
+@pytest.mark.parametrize("answerable_logit,gold,collapsed", [
+    # Null scores above qa_na_threshold (-2.75): every question left unanswered, although the
+    # best non-null span of each is "Betas": a collapse.
+    (1.5, [["Betas"], []], True),
+    (-5.0, [["Betas"], []], False),  # below it: answered
+    (1.5, [[], []], False),  # no question answerable: leaving them all is right
+])
+def test_squad_v2_collapse_reads_the_answers_given(tmp_path, answerable_logit, gold, collapsed):
+    config = _config(tmp_path)
+    scorer = qa_metrics.SpanBasedQAScorer(config, _OneWindowTask(config, answerable_logit, gold),
+                                          "dev", v2=True)
+    scorer.update({"loss": 0.0})
+    assert scorer.collapse() == ("no dev question gets an answer" if collapsed else None)
+    # The files keep the official release's best non-null spans.
+    assert set(json.load(open(scorer.paths()["preds"])).values()) == {"Betas"}

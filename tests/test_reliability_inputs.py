@@ -21,6 +21,7 @@ import typing
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,7 +36,8 @@ import score_text
 from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
 from model import model_dir as model_dir_lib
-from util import checkpoint, distribution, hparams, io_utils
+from pretrain import pretrain_data
+from util import checkpoint, distribution, fs, hparams, io_utils, out_of_memory
 from util import training_utils as tu
 
 from tests.test_finetune_data import FIXTURES, write_fixtures
@@ -397,7 +399,10 @@ def pretrain_empty_tfrecords(env, tmp):
 @case
 def pretrain_corrupted_tfrecord(env, tmp):
     data = copy_data(env, tmp)
-    copy_model(env, data, num_train_steps=40)  # a checkpoint at step 2 that must survive
+    model = copy_model(env, data, num_train_steps=40)  # a checkpoint at step 2 that must survive
+    # A model dir without the record of its tfrecords (written before there was one): resumed
+    # without a comparison, so the damage is met mid-run (with it, the edit is refused first).
+    os.remove(os.path.join(model, "training_data.json"))
     shard = os.path.join(data, "pretrain_tfrecords", "pretrain_data.tfrecord-1-of-4")
     raw = bytearray(open(shard, "rb").read())
     raw[300] ^= 0xFF  # inside the third record: its CRC no longer matches
@@ -494,6 +499,91 @@ def pretrain_tfrecords_of_another_length(env, tmp):
         r"max_seq_length is 24"]
 
 
+def held_out_data(tmp, seq_len=fx.SEQ_LEN, metadata=None, id_shift=0) -> str:
+    """A held-out set of its own (as eval_tfrecords names it): 16 examples of `seq_len` tokens
+    (word ids moved up by `id_shift`), with a metadata.json of `metadata` beside it when given.
+    Returns its glob."""
+    directory = tmp / "heldout"
+    directory.mkdir()
+    rng = np.random.RandomState(0)
+    successor = rng.permutation(fx.NUM_WORDS)
+    examples = [fx.make_example(rng, successor, seq_len) for _ in range(16)]
+    records = [pretrain_data.serialize_example(
+        [i + id_shift if i >= len(fx.SPECIAL) else i for i in ids], mask, segments)
+        for ids, mask, segments in examples]
+    pretrain_data.write_examples(str(directory / "heldout.tfrecord"), records)
+    if metadata is not None:
+        (directory / "metadata.json").write_text(json.dumps(metadata))
+    return str(directory / "*.tfrecord")
+
+
+def evaluate_on(env, tmp, held_out: str, **hparams):
+    """Pre-training of the shared data, evaluated on `held_out` (its eval_tfrecords)."""
+    return pretrain(copy_data(env, tmp), **{**env.hparams, "do_eval": True,
+                                            "eval_tfrecords": held_out, **hparams})
+
+
+@case
+def pretrain_eval_tfrecords_of_another_length(env, tmp):
+    # Passed every check, trained, then ended in a traceback at the first eval (exit 1).
+    held_out = held_out_data(tmp, 24, {"max_seq_length": 24, "vocab_size": fx.VOCAB_SIZE})
+    return evaluate_on(env, tmp, held_out), [
+        r"held-out tfrecords in .*heldout \(hparam eval_tfrecords\) were built with "
+        r"max_seq_length 24 \(.*heldout/metadata\.json\) but hparam max_seq_length is 16",
+        r"rebuild the held-out data"]
+
+
+@case
+def pretrain_eval_tfrecords_of_another_length_without_metadata(env, tmp):
+    # Shards of another tool: only their examples say how long they are.
+    held_out = held_out_data(tmp, 24)
+    return evaluate_on(env, tmp, held_out, do_eval=False, eval_every_steps=1), [
+        r"held-out tfrecord .*heldout/heldout\.tfrecord \(hparam eval_tfrecords\) holds "
+        r"examples of 24 tokens but hparam max_seq_length is 16"]
+
+
+@case
+def pretrain_eval_tfrecords_of_another_vocabulary(env, tmp):
+    # Same length, ids of another vocabulary: evaluated without a word.
+    held_out = held_out_data(tmp, metadata={"max_seq_length": fx.SEQ_LEN, "vocab_size": 40})
+    return evaluate_on(env, tmp, held_out), [
+        r"held-out tfrecords in .*heldout \(hparam eval_tfrecords\) were built with "
+        r"vocab_size 40 \(.*metadata\.json\) but hparam vocab_size is 32"]
+
+
+@case
+def pretrain_eval_tfrecords_of_a_larger_vocabulary_without_metadata(env, tmp):
+    # Ids past the embedding table: an InvalidArgumentError traceback at the first eval.
+    held_out = held_out_data(tmp, id_shift=100)
+    return evaluate_on(env, tmp, held_out), [
+        r"held-out tfrecord .*heldout/heldout\.tfrecord \(hparam eval_tfrecords\) holds token "
+        r"id 1\d\d, outside hparam vocab_size 32: it was built with another vocabulary"]
+
+
+@case
+def pretrain_tfrecords_of_a_larger_vocabulary_without_metadata(env, tmp):
+    # Shards of another tool (no metadata.json): an InvalidArgumentError traceback mid-run.
+    data = copy_data(env, tmp)
+    shards = os.path.join(data, "pretrain_tfrecords")
+    os.remove(os.path.join(shards, "metadata.json"))
+    shutil.copy(held_out_data(tmp, id_shift=100).replace("*", "heldout"),
+                os.path.join(shards, "pretrain_data.tfrecord-0-of-4"))
+    return pretrain(data, **env.hparams), [
+        r"tfrecord .*pretrain_data\.tfrecord-0-of-4 holds token id 1\d\d, outside hparam "
+        r"vocab_size 32: it was built with another vocabulary; give the vocabulary it was built "
+        r"with \(vocab_file, vocab_size\)"]
+
+
+@case
+def pretrain_eval_tfrecords_of_another_vocabulary_of_the_same_size(env, tmp):
+    other = other_vocab_of_the_same_size(tmp / "other_vocab.txt")
+    held_out = held_out_data(tmp, metadata={"max_seq_length": fx.SEQ_LEN, "vocab_file": other,
+                                            "vocab_sha256": io_utils.sha256_file(other)})
+    return evaluate_on(env, tmp, held_out), [
+        r"vocabulary .*data/vocab\.txt is not the one the held-out tfrecords in .*heldout "
+        r"\(hparam eval_tfrecords\) were built with \(.*other_vocab\.txt, sha256"]
+
+
 @case
 def pretrain_malformed_metadata(env, tmp):
     data = copy_data(env, tmp)
@@ -523,6 +613,60 @@ def pretrain_resume_with_another_model_size(env, tmp):
     return pretrain(data, "tiny", **dict(env.hparams, model_hparam_overrides=bigger)), [
         r"models/tiny holds checkpoints of another model \(model_hparam_overrides: .*"
         r"'hidden_size': 32.* -> .*'hidden_size': 64", r"pretrain_config\.json"]
+
+
+def resume_on_changed_shards(env, tmp, change) -> typing.Callable:
+    """Resuming the shared model (checkpoint at step 2) after `change`(shard dir) of its
+    training tfrecords."""
+    data = copy_data(env, tmp)
+    copy_model(env, data, num_train_steps=4)
+    change(os.path.join(data, "pretrain_tfrecords"))
+    return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4))
+
+
+CHANGED_DATA = (r"models/tiny was trained to step 2 on other training tfrecords \(",
+                r"compared with .*models/tiny/training_data\.json\)",
+                r"set \"resume_on_changed_data\": true to continue on a new data order")
+
+
+@case
+def pretrain_resume_on_added_tfrecords(env, tmp):
+    # Went on silently: the saved data position then points into another stream.
+    def add(shards):
+        shutil.copy(os.path.join(shards, "pretrain_data.tfrecord-0-of-4"),
+                    os.path.join(shards, "pretrain_data.tfrecord-extra"))
+    return resume_on_changed_shards(env, tmp, add), [
+        *CHANGED_DATA, r"pretrain_data\.tfrecord-extra: added"]
+
+
+@case
+def pretrain_resume_on_removed_tfrecords(env, tmp):
+    def remove(shards):
+        os.remove(os.path.join(shards, "pretrain_data.tfrecord-1-of-4"))
+    return resume_on_changed_shards(env, tmp, remove), [
+        *CHANGED_DATA, r"pretrain_data\.tfrecord-1-of-4: removed"]
+
+
+@case
+def pretrain_resume_on_rewritten_tfrecords(env, tmp):
+    # The same records in another order: same name, same size.
+    def rewrite(shards):
+        shard = os.path.join(shards, "pretrain_data.tfrecord-0-of-4")
+        records = [r.numpy() for r in tf.data.TFRecordDataset(shard)]
+        pretrain_data.write_examples(shard, records[::-1])
+    return resume_on_changed_shards(env, tmp, rewrite), [
+        *CHANGED_DATA, r"pretrain_data\.tfrecord-0-of-4\.ends_sha256: content changed"]
+
+
+@case
+def pretrain_resume_with_a_malformed_data_record(env, tmp):
+    def damage_record(shards):
+        with open(os.path.join(os.path.dirname(shards), "models", "tiny",
+                               "training_data.json"), "w") as f:
+            f.write('{"files": []}')
+    return resume_on_changed_shards(env, tmp, damage_record), [
+        r"models/tiny/training_data\.json is not a record of training tfrecords \(files, "
+        r"data_seed, since_step\); delete it to resume without comparing the data"]
 
 
 @case
@@ -1063,7 +1207,8 @@ def predict_output_is_the_input(env, tmp):
     (tmp / "new.txt").write_text("w1 w2\n")
     return _predict(env.model_dir, "--input", tmp / "new.txt", "--output",
                     tmp / "." / "new.txt"), [
-        r"--output .*new\.txt is the --input file: the predictions would replace the input"]
+        r"--output .*new\.txt is the --input file .*new\.txt: the predictions would replace the "
+        r"input"]
 
 
 @case
@@ -1318,13 +1463,301 @@ def score_text_missing_checkpoint(env, tmp):
         r"checkpoint .*model\.ckpt-9 not found"]
 
 
+# -- one place, any spelling: a file:// URL, extra slashes or a symlink is the same place ------
+
+
+def url(path, slashes="") -> str:
+    """The file:// URL of a local path (`slashes` added after it)."""
+    return "file://" + str(path) + slashes
+
+
+@case
+def build_output_inside_the_corpus_as_a_file_url(env, tmp):
+    # The string comparison missed it: the shards were written into the corpus.
+    return build(tmp, {"a.txt": GOOD_TEXT}, None, "--output-dir",
+                 url(tmp / "corpus" / "out")), [
+        r"--output-dir file://.*corpus/out is inside --corpus-dir .*corpus"]
+
+
+@case
+def build_corpus_dir_as_a_relative_file_url(env, tmp):
+    # TensorFlow reads file://corpus as host "corpus", path /: the filesystem root.
+    return build(tmp, {"a.txt": GOOD_TEXT}, None, "--corpus-dir", "file://corpus"), [
+        r"--corpus-dir file://corpus: a file:// URL needs an absolute path",
+        r"Did you mean file:///.*/corpus \(or the local path corpus\)"]
+
+
+@case
+def pretrain_results_file_is_the_vocab_file_as_a_file_url(env, tmp):
+    data = copy_data(env, tmp)
+    vocab = os.path.join(data, "vocab.txt")
+    return pretrain(data, **dict(env.hparams, results_txt=url(vocab))), [
+        rf"hparam 'results_txt' is file://{re.escape(vocab)}, the same file as hparam "
+        rf"'vocab_file' {re.escape(vocab)}: writing it would replace that"]
+
+
+@case
+def pretrain_model_dir_as_a_relative_file_url(env, tmp):
+    data = copy_data(env, tmp)
+    return pretrain(data, **dict(env.hparams, model_dir="file://models/m")), [
+        r"hparam 'model_dir' file://models/m: a file:// URL needs an absolute path",
+        r"TensorFlow takes 'models' for a host name and would use /m",
+        r"Did you mean file:///.*/models/m"]
+
+
+@case
+def finetune_results_file_is_a_task_file_as_a_file_url(env, tmp):
+    # Every trial trained, then the results replaced the training data.
+    train = tmp / "fdata" / "finetuning_data" / "sst" / "train.tsv"
+    return finetune(env, tmp, results_json=url(train, "/")), [
+        rf"hparam 'results_json' is file://{re.escape(str(train))}/, the same file as task file "
+        rf"{re.escape(str(train))}"]
+
+
+@case
+def finetune_trial_dir_holds_the_init_checkpoint(env, tmp):
+    # Fine-tuning further from a trial, with the model_dir that made it: trial 1 resumed the
+    # init weights as its own and deleted them after the trial (keep_all_models false).
+    init = tmp / "models" / "ft_model_1"
+    shutil.copytree(env.model_dir, init)
+    return finetune(env, tmp, init_checkpoint=str(init),
+                    model_dir=url(tmp / "models" / "ft_model", ""), num_trials=2), [
+        rf"trial 1 would write to file://{re.escape(str(init))} \(hparam model_dir "
+        rf"file://.*ft_model \+ _1\), which holds init_checkpoint {re.escape(str(init))}"]
+
+
+@case
+def finetune_cache_dir_as_a_relative_file_url(env, tmp):
+    return finetune(env, tmp, preprocessed_data_dir="file://cache/sst"), [
+        r"hparam 'preprocessed_data_dir' file://cache/sst: a file:// URL needs an absolute path",
+        r"Did you mean file:///.*/cache/sst"]
+
+
+@case
+def export_output_is_the_model_dir_as_a_file_url(env, tmp):
+    # --overwrite used to exit 0 after deleting the checkpoints: the local path and the URL
+    # were taken for two places.
+    model = private_model(env, tmp)
+    return export(model, url(model), "--overwrite"), [
+        rf"--output file://{re.escape(model)} is --model-dir {re.escape(model)}",
+        r"Choose an output outside it"]
+
+
+@case
+def export_output_is_the_model_dir_with_extra_slashes(env, tmp):
+    # file:////x// and file:///x: the strings differ, the directory does not.
+    model = private_model(env, tmp)
+    return (lambda: export_model.main(["--model-dir", url(model), "--format", "huggingface",
+                                       "--output", url("/" + model, "//"), "--overwrite"])), [
+        rf"--output file:///{re.escape(model)}// is --model-dir file://{re.escape(model)}:"]
+
+
+@case
+def export_output_inside_the_model_dir_as_a_file_url(env, tmp):
+    model = private_model(env, tmp)
+    return export(model, url(os.path.join(model, "..", "tiny", "hf")), "--overwrite"), [
+        r"--output file://.*models/tiny/\.\./tiny/hf lies inside --model-dir .*models/tiny"]
+
+
+@case
+def export_output_as_a_relative_file_url(env, tmp):
+    return export(private_model(env, tmp), "file://exports/hf", "--overwrite"), [
+        r"--output file://exports/hf: a file:// URL needs an absolute path",
+        r"would use /hf at the top of the filesystem", r"Did you mean file:///.*/exports/hf"]
+
+
+@case
+def export_import_output_is_the_import_dir_as_a_file_url(env, tmp):
+    source = tmp / "hf"
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    return (lambda: export_model.main(["--import-dir", str(source), "--format", "huggingface",
+                                       "--output", url(source, "/"), "--overwrite"])), [
+        rf"--output file://{re.escape(str(source))}/ is --import-dir {re.escape(str(source))}"]
+
+
+@case
+def predict_output_is_the_input_as_a_file_url(env, tmp):
+    # The input used to be replaced by the predictions.
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return _predict(env.model_dir, "--input", tmp / "new.txt", "--output",
+                    url(tmp / "new.txt")), [
+        rf"--output file://{re.escape(str(tmp))}/new\.txt is the --input file "
+        rf"{re.escape(str(tmp))}/new\.txt: the predictions would replace the input"]
+
+
+@case
+def predict_output_is_the_vocabulary_of_the_model(env, tmp):
+    (tmp / "new.txt").write_text("w1 w2\n")
+    model = private_model(env, tmp)
+    return _predict(model, "--input", tmp / "new.txt", "--output",
+                    url(os.path.join(model, "vocab.txt"))), [
+        r"--output file://.*models/tiny/vocab\.txt is the vocabulary .*models/tiny/vocab\.txt"]
+
+
+@case
+def predict_output_is_a_file_of_the_model_dir(env, tmp):
+    (tmp / "new.txt").write_text("w1 w2\n")
+    model = private_model(env, tmp)
+    return _predict(model, "--input", tmp / "new.txt", "--output",
+                    os.path.join(model, "pretrain_config.json")), [
+        r"--output .*models/tiny/pretrain_config\.json is a file of --model-dir .*models/tiny"]
+
+
+@case
+def predict_input_as_a_relative_file_url(env, tmp):
+    return _predict(env.model_dir, "--input", "file://inputs/new.txt"), [
+        r"--input file://inputs/new\.txt: a file:// URL needs an absolute path",
+        r"Did you mean file:///.*/inputs/new\.txt"]
+
+
+@case
+def score_text_model_dir_with_an_upper_case_scheme(env, tmp):
+    # TensorFlow knows no FILE:// scheme: an UnimplementedError.
+    return (lambda: score_text.main(["--model-dir", "FILE://" + env.model_dir, "w1 w2"])), [
+        r"--model-dir FILE://.*models/tiny: write the scheme in lower case \(file://"]
+
+
+# -- tools/inspect_run.py ---------------------------------------------------------------------
+
+
+def inspect_run(*args):
+    from tests.test_docs import load_tool
+    return lambda: load_tool("inspect_run").main([str(a) for a in args])
+
+
+def run_copy(env, tmp, history: str | None = None) -> str:
+    """A copy of the shared pre-training model dir, with `history` as its eval history file."""
+    model = str(tmp / "run")
+    shutil.copytree(env.model_dir, model)
+    if history is not None:
+        os.makedirs(os.path.join(model, "results"), exist_ok=True)
+        with open(os.path.join(model, "results", "unsup_results_history.json"), "w") as f:
+            f.write(history)
+    return model
+
+
+@case
+def inspect_missing_dir(env, tmp):
+    return inspect_run(tmp / "nowhere"), [r"^inspect_run: .*nowhere does not exist$"]
+
+
+@case
+def inspect_a_file(env, tmp):
+    (tmp / "f").write_text("x")
+    return inspect_run(tmp / "f"), [r"^inspect_run: .*/f is a file, not a model dir$"]
+
+
+@case
+def inspect_dir_without_a_run(env, tmp):
+    return inspect_run(tmp), [r"^inspect_run: .* holds no evals .* and no TensorBoard events: is "
+                              r"it a pre-training model dir or a fine-tuning trial dir\?$"]
+
+
+@case
+def inspect_malformed_history(env, tmp):
+    # Was a JSONDecodeError traceback.
+    return inspect_run(run_copy(env, tmp, '[{"global_step": 2,}]')), [
+        r"^inspect_run: .*results/unsup_results_history\.json:1:\d+: invalid JSON: .*$"]
+
+
+@case
+def inspect_empty_history(env, tmp):
+    return inspect_run(run_copy(env, tmp, "")), [
+        r"^inspect_run: .*unsup_results_history\.json is empty: a run killed while writing it"]
+
+
+@case
+def inspect_history_of_another_shape(env, tmp):
+    return inspect_run(run_copy(env, tmp, '{"global_step": 2}')), [
+        r"^inspect_run: .*unsup_results_history\.json holds a JSON dict, not the list of evals"]
+
+
+@case
+def inspect_history_entry_without_a_step(env, tmp):
+    # Was a KeyError traceback.
+    return inspect_run(run_copy(env, tmp, '[{"loss": 1.0}]')), [
+        r"^inspect_run: .*unsup_results_history\.json: eval 0 is not an eval record \(an object "
+        r"with an integer global_step"]
+
+
+@case
+def inspect_malformed_pretrain_config(env, tmp):
+    model = run_copy(env, tmp, '[{"global_step": 2, "loss": 1.0, "health": {}}]')
+    with open(os.path.join(model, "pretrain_config.json"), "w") as f:
+        f.write("{")
+    return inspect_run(model), [r"^inspect_run: .*/pretrain_config\.json:1:2: invalid JSON"]
+
+
+@case
+def inspect_trial_with_malformed_results(env, tmp):
+    trial = fake_trial(env, tmp)
+    (tmp / "sst_model_1" / "eval_results.json").write_text('{"results": [1, 2]}')
+    return inspect_run(trial), [
+        r"^inspect_run: .*sst_model_1/eval_results\.json is not a trial's eval record"]
+
+
+@case
+def inspect_trial_with_an_empty_config(env, tmp):
+    trial = fake_trial(env, tmp)
+    (tmp / "sst_model_1" / "finetune_config.json").write_text("")
+    return inspect_run(trial), [r"^inspect_run: .*sst_model_1/finetune_config\.json is empty"]
+
+
+def test_inspect_run_reports_a_fine_tuning_trial_and_its_collapse(env, tmp_path, capsys):
+    """On a trial dir the page is that trial's (step, dev results, collapse), not pre-training
+    advice; a halted trial is said to be one; --verbose is accepted as by every command."""
+    trial = fake_trial(env, tmp_path)
+    record = {"trial": 1, "global_step": 9, "train_steps": 9,
+              "results": {"sst": {"accuracy": 0.5, "loss": 0.69}},
+              "collapsed": {"sst": "every dev prediction is class 1"}}
+    (tmp_path / "sst_model_1" / "eval_results.json").write_text(json.dumps(record))
+    assert inspect_run(trial, "--verbose")() == 0
+    page = capsys.readouterr().out
+    assert page.startswith(f"fine-tuning trial 1 {trial}: step 9 of 9, finished\n")
+    assert "  sst: accuracy = 0.5000, loss = 0.6900" in page
+    assert "collapsed: its dev predictions carry no information" in page
+    assert "  sst: every dev prediction is class 1" in page
+    assert "health at the newest eval" not in page and "eval_every_steps" not in page
+
+    record["collapsed"] = {}
+    (tmp_path / "sst_model_1" / "eval_results.json").write_text(json.dumps(record))
+    assert inspect_run(trial)() == 0
+    assert "collapsed: no" in capsys.readouterr().out
+
+    os.remove(tmp_path / "sst_model_1" / "eval_results.json")
+    assert inspect_run(trial)() == 0
+    assert re.search(r"checkpoint at step 3; no eval record \(eval_results\.json\): halted "
+                     r"before its eval", capsys.readouterr().out)
+
+
 def test_the_catalogue_is_large_and_covers_every_command():
     commands = {name.split("_")[0] for name in CASES}
-    assert commands == {"build", "pretrain", "finetune", "export", "score", "predict"}
+    assert commands == {"build", "pretrain", "finetune", "export", "score", "predict", "inspect"}
     assert len(CASES) >= 30
 
 
 # -- paths that must work as given -------------------------------------------------------------
+
+
+def test_an_export_to_a_file_url_replaces_the_old_one_in_one_rename(env, tmp_path, monkeypatch):
+    # A file:// URL is the local disk: the old export is swapped for the new one by renaming the
+    # directory (it used to be deleted, then the files moved in one by one).
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    renames = []
+    real_replace = fs.replace
+    monkeypatch.setattr(fs, "replace", lambda a, b: renames.append((a, b)) or real_replace(a, b))
+    assert export(env.model_dir, url(out, "//"), "--overwrite")() == 0
+    into_output = [(a, b) for a, b in renames if fs.relation(b, str(out)) in ("same", "inside")]
+    assert len(into_output) == 1, into_output
+    source, target = into_output[0]
+    assert target == str(out) and os.path.basename(source).startswith(".hf.tmp-")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "electra"
+    assert sorted(os.listdir(tmp_path)) == ["hf"]  # no temporary or old copy left behind
+
+
 
 
 def test_data_and_model_paths_with_glob_comma_and_brace_characters_work(env, tmp_path):
@@ -1357,6 +1790,125 @@ def test_symlinked_corpus_directories_are_read_once(tmp_path):
     assert metadata["num_examples"] > 0
     files = build_pretraining_dataset.corpus.find_input_files(str(tmp_path / "corpus"))
     assert [f.relpath for f in files] == ["linked/a.txt"]
+
+
+def test_resume_on_changed_data_continues_on_a_new_data_order(env, tmp_path, caplog):
+    """resume_on_changed_data: the run continues from its checkpoint (step 2) on a new data
+    order: the new files' stream from its start, under a seed of its own, recorded in the model
+    dir; a resume from that same checkpoint (killed before its next save) starts that order
+    again, without a new warning. (The default refuses: catalogue pretrain_resume_on_*.)"""
+    from pretrain import data_record, input_pipeline, run_setup
+    from pretrain.trainer import Trainer
+    caplog.set_level("WARNING")
+    data = copy_data(env, tmp_path)
+    hparams = dict(env.hparams, num_train_steps=4, resume_on_changed_data=True)
+    copy_model(env, data, **hparams)
+    os.remove(os.path.join(data, "pretrain_tfrecords", "pretrain_data.tfrecord-1-of-4"))
+    config = PretrainingConfig.from_hparams("tiny", data, hparams)
+    special_ids, files = run_setup.check_run(config, chief=True)
+    seeds = []
+    for attempt in range(2):
+        trainer = Trainer(config, special_ids)
+        how = run_setup.restore_or_init(config, trainer, files.train)
+        assert trainer.global_step == 2
+        assert tuple(trainer.input_position.numpy()) == input_pipeline.START
+        assert trainer.data_record["since_step"] == 2
+        assert "pretrain_data.tfrecord-1-of-4" not in trainer.data_record["files"]
+        seeds.append(trainer.data_seed)
+        if attempt == 0:
+            assert "a new data order" in how
+            assert re.search(r"training tfrecords changed since step 2 \(pretrain_data\."
+                             r"tfrecord-1-of-4: removed\): continuing on a new data order",
+                             caplog.text)
+            run_setup.prepare_model_dir(config, trainer)  # what the run writes as it starts
+            caplog.clear()
+        else:
+            assert "new data order" not in how and "changed" not in caplog.text
+    assert seeds[0] == seeds[1] != config.seed
+    assert data_record.read(config.model_dir) == trainer.data_record
+
+
+# -- out of memory: one line, the sizes, the levers -----------------------------------------
+
+
+def _oom(*_, **__):
+    raise tf.errors.ResourceExhaustedError(
+        None, None, "Graph execution error:\n\nDetected at node dense/MatMul defined at ...\n"
+        "OOM when allocating tensor with shape[8,16,30522] and type float on "
+        "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu\n\t [[{{node dense}}]]")
+
+
+def _python_oom(*_, **__):
+    raise MemoryError()
+
+
+def _oom_pretrain(env, tmp, monkeypatch):
+    from pretrain.trainer import Trainer
+    monkeypatch.setattr(Trainer, "train_steps", _oom)
+    data = copy_data(env, tmp)
+    copy_model(env, data, num_train_steps=4, do_eval=True)  # its checkpoint is kept
+    return pretrain(data, "tiny", **dict(env.hparams, num_train_steps=4, do_eval=True)), [
+        r"out of memory with train_batch_size 8, eval_batch_size 8 and max_seq_length 16 \(OOM "
+        r"when allocating tensor with shape\[8,16,30522\] .*by allocator cpu\); to fit, lower "
+        r"train_batch_size, or raise gradient_accumulation_steps .*set recompute_grad true; "
+        r"lower eval_batch_size .*Checkpoints already written in .*models/tiny are kept"]
+
+
+def _oom_finetune(env, tmp, monkeypatch):
+    from finetune import trainer
+    monkeypatch.setattr(trainer.ModelRunner, "train", _python_oom)
+    return finetune(env, tmp), [
+        r"out of memory with train_batch_size 4, eval_batch_size 4 and max_seq_length 16 "
+        r"\(MemoryError\); to fit, lower eval_batch_size .*or train_batch_size or max_seq_length"]
+
+
+def _oom_predict(env, tmp, monkeypatch):
+    monkeypatch.setattr(predict, "predict", _oom)
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return _predict(env.model_dir, "--input", tmp / "new.txt", "--batch-size", 64), [
+        r"out of memory with --batch-size 64 and the trial's max_seq_length \(OOM when "
+        r"allocating .*\); to fit, pass a smaller --batch-size; --output was not written"]
+
+
+def _oom_score_text(env, tmp, monkeypatch):
+    monkeypatch.setattr(score_text, "score", _python_oom)
+    return (lambda: score_text.main(["--model-dir", env.model_dir, "w1 w2", "w3"])), [
+        r"out of memory with 2 text\(s\) in one batch of up to the model's max_seq_length "
+        r"tokens \(MemoryError\); to fit, score fewer texts per call, or pass a smaller "
+        r"--max-seq-length"]
+
+
+def _oom_probe(env, tmp, monkeypatch):
+    from model import probing
+    from tests.test_docs import load_tool
+    probe = load_tool("probe")
+    monkeypatch.setattr(probing, "load_task", lambda *args: None)
+    monkeypatch.setattr(probe, "probe_model_dir", _oom)
+    return (lambda: probe.main(["--model-dir", env.model_dir, "--tasks", "sst"])), [
+        r"out of memory with --train-size 2000, --test-size 1000 and --max-seq-length 128 "
+        r"\(OOM when allocating .*\); to fit, lower --train-size, --test-size or "
+        r"--max-seq-length"]
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "predict", "score_text", "probe"])
+def test_out_of_memory_is_one_line_naming_the_batch_and_the_levers(
+        command, env, tmp_path, monkeypatch, caplog, capsys):
+    """TensorFlow's ResourceExhaustedError or Python's MemoryError in a command that trains or
+    predicts (raised here by the step, the run or the scoring) used to be a traceback of some 70
+    lines and exit 1: now one line naming the sizes in use and the settings that shrink them,
+    exit 5 (util/out_of_memory.py), and nothing already written changes."""
+    act, patterns = globals()[f"_oom_{command}"](env, tmp_path, monkeypatch)
+    before = snapshot(env.root, str(tmp_path))
+    capsys.readouterr()
+    caplog.clear()
+    assert act() == out_of_memory.EXIT_OUT_OF_MEMORY == 5
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert "Traceback" not in capsys.readouterr().err
+    for pattern in patterns:
+        assert re.search(pattern, errors[0]), f"{pattern!r} not in:\n{errors[0]}"
+    after = snapshot(env.root, str(tmp_path))
+    assert not sorted(p for p, digest in before.items() if after.get(p) != digest)
 
 
 # -- every hparam, every wrong type and out-of-range value (property test) --------------------

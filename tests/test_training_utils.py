@@ -31,6 +31,22 @@ def test_lock_refuses_second_owner_and_releases(tmp_path):
     assert not os.path.exists(lock.path)
 
 
+def test_a_file_url_and_the_local_path_share_one_exclusive_lock(tmp_path):
+    # A file:// URL is the local disk: the same lock file, with exclusive create (not a lease).
+    for first, second in [(str(tmp_path), f"file://{tmp_path}//"),
+                          (f"file://{tmp_path}", str(tmp_path))]:
+        with tu.RunLock(first) as lock:
+            assert lock.path == os.path.join(str(tmp_path), ".run.lock")
+            with open(lock.path, "w") as f:  # held by another live process (our parent)
+                json.dump({"pid": os.getppid(), "host": lock.host}, f)
+            with pytest.raises(tu.RunLockError,
+                               match=f"in use by another run \\(pid {os.getppid()}"):
+                tu.RunLock(second).acquire()
+            with open(lock.path, "w") as f:
+                json.dump({"pid": os.getpid(), "host": lock.host}, f)
+        assert not os.path.exists(lock.path)
+
+
 def test_stale_lock_of_dead_process_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -23,7 +23,7 @@ from pretrain.masking import SpecialIds  # noqa: E402
 from pretrain.objectives import functions  # noqa: E402
 from pretrain.pretraining_model import PretrainingModel  # noqa: E402
 from model import tokenization  # noqa: E402
-from util import checkpoint, io_utils  # noqa: E402
+from util import checkpoint, fs, io_utils  # noqa: E402
 
 
 def electra_as_mlm(model, masked: masking.MaskedInputs, top_k: int = 100,
@@ -111,6 +111,7 @@ def main() -> int:
     parser.add_argument("--output", default=None, help="also write the results here (JSON)")
     args = parser.parse_args()
     try:
+        fs.check_spellings({"--model-dir": args.model_dir, "--output": args.output})
         results = evaluate(args.model_dir, args.batches, args.top_k)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -10,14 +10,22 @@ norm) at up to --rows steps, and the health states (pretrain/health.py) with the
 and, when it did, cleared. With matplotlib installed (it is not a requirement) it also draws the
 same curves to a PNG (default: <model dir>/results/run_curves.png). Reads only what the run
 writes as it goes (results/unsup_results_history.json, the TensorBoard events), so it works on
-a run in progress. Exit 2 when the directory holds no run.
+a run in progress.
+
+On a fine-tuning trial dir (`<model_dir>_<trial>`, holding finetune_config.json) it reports that
+trial instead: its step, its dev results and whether its predictions collapsed
+(finetune/health.py), as run_finetuning.py recorded them in eval_results.json.
+
+Every bad input (a missing dir, a dir that holds no run, a results file that is empty, not JSON
+or not what the run writes) is one line on standard error and exit status 2.
 """
 import argparse
+import logging
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from util import console  # noqa: E402,F401 -- first: TensorFlow's start-up lines stay off
+from util import console  # noqa: E402 -- first: TensorFlow's start-up lines stay off
 
 from pretrain import health  # noqa: E402  (numpy only: no TensorFlow start-up for the evals)
 from util import fs, io_utils  # noqa: E402
@@ -34,9 +42,32 @@ TRAIN_COLUMNS = (("loss", "train/loss"), ("mlm_loss", "train/mlm_loss"),
                  ("lr", "train/learning_rate"), ("grad_norm", "train/global_norm"))
 
 
+FINETUNE_CONFIG = "finetune_config.json"  # model/model_dir.py FINETUNE_CONFIG_FILE
+TRIAL_RESULTS = "eval_results.json"  # finetune/trainer.py RESULTS_FILE
+
+
+def read_json(path: str, kind: type, what: str):
+    """A results file the run wrote, as `kind`; ValueError naming the file when it is empty,
+    not JSON, or not a JSON `what`."""
+    if fs.getsize(path) == 0:
+        raise ValueError(f"{path} is empty: a run killed while writing it, or not a run's file")
+    value = io_utils.read_json(path)  # a syntax error names file:line:col
+    if not isinstance(value, kind):
+        raise ValueError(f"{path} holds a JSON {type(value).__name__}, not {what}")
+    return value
+
+
 def read_evals(model_dir: str) -> list[dict]:
     path = os.path.join(model_dir, HISTORY)
-    return io_utils.read_json(path) if fs.exists(path) else []
+    if not fs.exists(path):
+        return []
+    evals = read_json(path, list, "the list of evals a pre-training run writes")
+    for i, entry in enumerate(evals):
+        if not (isinstance(entry, dict) and isinstance(entry.get("global_step"), int)
+                and isinstance(entry.get("health", {}), dict)):
+            raise ValueError(f"{path}: eval {i} is not an eval record (an object with an "
+                             "integer global_step and a health object)")
+    return evals
 
 
 def read_train_curves(model_dir: str) -> dict[str, list[tuple[int, float]]]:
@@ -63,7 +94,7 @@ def health_spans(evals: list[dict]) -> list[tuple[str, int, int | None]]:
 
 
 def _cell(value) -> str:
-    if value is None:
+    if not isinstance(value, (int, float)):  # absent, or not a number the run wrote
         return "-"
     if abs(value) >= 1000 or (0 < abs(value) < 1e-3):
         return f"{value:.2e}"
@@ -85,7 +116,8 @@ def _sampled(points: list, limit: int) -> list:
 
 def summary(model_dir: str, evals: list[dict], curves: dict, rows: int) -> list[str]:
     config_path = os.path.join(model_dir, "pretrain_config.json")
-    config = io_utils.read_json(config_path) if fs.exists(config_path) else {}
+    config = read_json(config_path, dict, "a pre-training config") if fs.exists(config_path) \
+        else {}
     total = config.get("num_train_steps")
     steps = [s for points in curves.values() for s, _ in points] + \
         [e["global_step"] for e in evals]
@@ -96,12 +128,14 @@ def summary(model_dir: str, evals: list[dict], curves: dict, rows: int) -> list[
     latest = evals[-1].get("health", {}) if evals else {}
     lines.append(f"health at the newest eval: {health.line(latest)}" if evals
                  else "health: no eval yet (set eval_every_steps to check during training)")
+    facts = health.RunFacts.from_settings(config) if config else None  # advice fits the run
     for name, began, cleared in health_spans(evals):
         state = health.BY_NAME.get(name)
+        words = state.advice(facts) if state else {}
         lines.append(f"  {name}: began at step {began}"
                      + (f", cleared at step {cleared}" if cleared is not None else ", active")
-                     + (f"\n    {state.what}\n    try: {state.remedy}" if state and cleared is None
-                        else ""))
+                     + (f"\n    {words['what']}\n    try: {words['remedy']}"
+                        if state and cleared is None else ""))
     if evals:
         probe_keys = sorted({k for e in evals for k in e if k.startswith("probe/")})
         columns = [c for c in EVAL_COLUMNS if any(c[1] in e for e in evals)]
@@ -166,30 +200,90 @@ def draw(path: str, evals: list[dict], curves: dict) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", help="a pre-training model dir. Example: data/models/demo")
-    parser.add_argument("--png", help="where to draw the curves (matplotlib needed; default "
-                                      "<model dir>/results/run_curves.png)")
-    parser.add_argument("--rows", type=int, default=12,
-                        help="at most this many rows per table (default 12)")
-    args = parser.parse_args(argv)
+def _newest_checkpoint_step(trial_dir: str) -> int | None:
+    steps = [int(name[len("model.ckpt-"):-len(".index")]) for name in fs.listdir(trial_dir)
+             if name.startswith("model.ckpt-") and name.endswith(".index")
+             and name[len("model.ckpt-"):-len(".index")].isdigit()]
+    return max(steps, default=None)
+
+
+def trial_summary(trial_dir: str) -> list[str]:
+    """A fine-tuning trial: its step, its dev results and whether they collapsed."""
+    settings = read_json(os.path.join(trial_dir, FINETUNE_CONFIG), dict, "a trial's settings")
+    results_path = os.path.join(trial_dir, TRIAL_RESULTS)
+    if not fs.exists(results_path):
+        step = _newest_checkpoint_step(trial_dir)
+        total = settings.get("train_steps")
+        at = "no checkpoint yet" if step is None else f"checkpoint at step {step}" + (
+            f" of {total}" if isinstance(total, int) else "")
+        return [f"fine-tuning trial {trial_dir}: {at}; no eval record ({TRIAL_RESULTS}): "
+                "halted before its eval, or run without do_eval. Re-run its run_finetuning.py "
+                "command to finish and evaluate it"]
+    record = read_json(results_path, dict, "a trial's eval record")
+    results, collapsed = record.get("results"), record.get("collapsed", {})
+    if not (isinstance(results, dict) and isinstance(collapsed, dict)
+            and isinstance(record.get("global_step"), int)):
+        raise ValueError(f"{results_path} is not a trial's eval record (an object with "
+                         "global_step, results and collapsed)")
+    total = record.get("train_steps")
+    lines = [f"fine-tuning trial {record.get('trial', '?')} {trial_dir}: step "
+             f"{record['global_step']}" + (f" of {total}" if isinstance(total, int) else "")
+             + (", finished" if isinstance(total, int) and record["global_step"] >= total
+                else "")]
+    for name, metrics in sorted(results.items()):
+        shown = ", ".join(f"{k} = {_cell(v)}" for k, v in sorted(metrics.items())
+                          if isinstance(v, (int, float))) if isinstance(metrics, dict) else ""
+        lines.append(f"  {name}: {shown or '-'}")
+    if collapsed:
+        lines.append("collapsed: its dev predictions carry no information about the input "
+                     "(they score like the trivial baseline)")
+        lines += [f"  {name}: {why}" for name, why in sorted(collapsed.items())]
+        lines.append("  the run's median counts it; more trials (num_trials) tell a bad seed "
+                     "from a bad setup")
+    else:
+        lines.append("collapsed: no (the dev predictions vary with the input)")
+    return lines
+
+
+def inspect(args) -> None:
+    """Prints the page for args.model_dir; ValueError or OSError on a dir that holds no run or
+    a results file that is not what a run writes."""
     if not fs.isdir(args.model_dir):
-        print(f"inspect_run: {args.model_dir} is not a directory", file=sys.stderr)
-        return 2
+        raise ValueError(f"{args.model_dir} " + (
+            "is a file, not a model dir" if fs.exists(args.model_dir) else "does not exist"))
+    if fs.exists(os.path.join(args.model_dir, FINETUNE_CONFIG)):
+        print("\n".join(trial_summary(args.model_dir)))
+        return
     evals = read_evals(args.model_dir)
     curves = read_train_curves(args.model_dir)
     if not evals and not curves:
-        print(f"inspect_run: {args.model_dir} holds no evals ({HISTORY}) and no TensorBoard "
-              "events: is it a pre-training model dir?", file=sys.stderr)
-        return 2
+        raise ValueError(f"{args.model_dir} holds no evals ({HISTORY}) and no TensorBoard "
+                         "events: is it a pre-training model dir or a fine-tuning trial dir?")
     print("\n".join(summary(args.model_dir, evals, curves, max(args.rows, 2))))
     png = args.png or os.path.join(args.model_dir, "results", "run_curves.png")
     if draw(png, evals, curves):
         print(f"\ncurves drawn to {png}")
     else:
         print("\n(no picture: matplotlib is not installed)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", help="a pre-training model dir or a fine-tuning trial dir. "
+                                          "Example: data/models/demo")
+    parser.add_argument("--png", help="where to draw the curves (matplotlib needed; default "
+                                      "<model dir>/results/run_curves.png)")
+    parser.add_argument("--rows", type=int, default=12,
+                        help="at most this many rows per table (default 12)")
+    console.add_verbose_flag(parser)
+    args = parser.parse_args(argv)
+    console.setup(args.verbose, logging.WARNING, "%(levelname)s %(message)s")
+    try:
+        inspect(args)
+    except (ValueError, OSError) as e:  # OSError: an unreadable file, an unwritable --png
+        print(f"inspect_run: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

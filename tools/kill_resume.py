@@ -23,7 +23,8 @@ when every comparison holds to float tolerance (rtol 1e-5, atol 1e-6), else 1.
 
 Internal mode, used by this script and tests/test_reliability_kill.py: run SCRIPT with a hook
 that SIGKILLs the process just before the ORDINAL-th os.replace/os.remove (`--op`) of a file
-under WATCH whose name matches PATTERN:
+under WATCH whose name matches PATTERN (or sends it --signal, or pauses it there until the file
+--pause-until exists):
 
     python tools/kill_resume.py --child --watch DIR --pattern 'model.ckpt-*.index' \\
         --op replace --ordinal 2 [--event-log FILE] -- run_pretraining.py --data-dir ...
@@ -113,6 +114,11 @@ class KillHook:
         self._saved = {}
 
 
+def _wait_for_file(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.02)
+
+
 def child_main(argv: list[str]) -> None:
     """--child mode: install the hook, then run the script as __main__ with its own argv."""
     split = argv.index("--")
@@ -126,11 +132,16 @@ def child_main(argv: list[str]) -> None:
     parser.add_argument("--signal", choices=["KILL", "TERM", "INT"], default="KILL",
                         help="what the process sends itself at the hook (TERM/INT: a preemption "
                              "signal arriving while that file is being written)")
+    parser.add_argument("--pause-until", metavar="FILE",
+                        help="instead of a signal, wait at the hook until FILE exists (a test "
+                             "lines up what another process does with this moment)")
     args = parser.parse_args(argv[:split])
     script, script_args = argv[split + 1], argv[split + 2:]
     signum = getattr(signal, f"SIG{args.signal}")
+    action = (lambda: _wait_for_file(args.pause_until)) if args.pause_until else \
+        (lambda: os.kill(os.getpid(), signum))
     KillHook(args.watch, args.pattern, args.op, args.ordinal, args.event_log,
-             action=lambda: os.kill(os.getpid(), signum)).install()
+             action=action).install()
     sys.argv = [script] + script_args
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")
@@ -283,12 +294,20 @@ def plan(kills: int, writes: list, rng: random.Random) -> list[tuple]:
 
 
 def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: int,
-          writes: list, rng: random.Random, logs: str) -> list[dict]:
-    """Runs `command` under `kills` kills, resuming each time, then once more to the end."""
+          writes: list, rng: random.Random, logs: str,
+          reference: subprocess.Popen | None = None) -> list[dict]:
+    """Runs `command` under `kills` kills, resuming each time, then once more to the end.
+    `reference`: the uninterrupted run going on meanwhile; if it fails, the drill stops at the
+    next attempt instead of after the last."""
+    from util import workers
+
     records = []
     modes = plan(kills, writes, rng)
     attempt = 0
     while True:
+        if reference is not None and reference.poll() not in (None, 0):
+            raise RuntimeError(f"the reference {name} run {workers.fate(reference.returncode)}; "
+                               f"see its log in {logs}")
         attempt += 1
         mode = modes[attempt - 1] if attempt <= len(modes) else ("final",)
         start_progress = progress(progress_glob)
@@ -489,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
                                  stderr=open(os.path.join(logs, "pretrain_reference.log"), "w"))
     report["pretrain_runs"] = drill(
         "pretrain", pretrain_command(data, "victim", hparams), os.path.join(models, "victim"),
-        os.path.join(models, "victim"), args.kills, PRETRAIN_WRITES, rng, logs)
+        os.path.join(models, "victim"), args.kills, PRETRAIN_WRITES, rng, logs, reference)
     if reference.wait(timeout=1800) != 0:
         raise RuntimeError("the reference pre-training run failed; see logs/pretrain_reference.log")
     ref_dir, victim_dir = os.path.join(models, "reference"), os.path.join(models, "victim")
@@ -512,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             "finetune", finetune_command(data, "ft_victim", ft),
             os.path.join(models, "ft_victim"),
             os.path.join(models, "ft_victim", "finetuning_models", "sst_model_*"), args.kills,
-            FINETUNE_WRITES, rng, logs)
+            FINETUNE_WRITES, rng, logs, ft_reference)
         if ft_reference.wait(timeout=1800) != 0:
             raise RuntimeError("the reference fine-tuning run failed; see logs/ft_reference.log")
         report["finetune_weights"] = [compare_checkpoints(

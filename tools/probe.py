@@ -12,7 +12,8 @@ dev.tsv; the first --train-size rows train, dev scores). Each on the last layer 
 all layers. The data defaults to ../shared/data when it is there.
 
 The model dir is a pre-training dir (run_pretraining.py, a Hugging Face import) or a fine-tuning
-trial; its `electra/` encoder is probed with its own vocabulary and casing. Exit 2 on bad input.
+trial; its `electra/` encoder is probed with its own vocabulary and casing. Exit 2 on bad input,
+5 out of memory.
 """
 import argparse
 import json
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_seq_length < 3:
         parser.error(f"--max-seq-length must be >= 3 ([CLS] word [SEP]), got {args.max_seq_length}")
     from model import probing
-    from util import io_utils
+    from util import io_utils, out_of_memory
 
     try:
         paths = {"pos": args.conll, "chunk": args.conll, "sst": args.sst}
@@ -138,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         log.error("%s", e)
         return 2
+    except out_of_memory.ERRORS as e:  # the features of every probe sentence are held at once
+        log.error("%s", out_of_memory.message(
+            e, f"--train-size {args.train_size}, --test-size {args.test_size} and "
+            f"--max-seq-length {args.max_seq_length}",
+            "lower --train-size, --test-size or --max-seq-length"))
+        return out_of_memory.EXIT_OUT_OF_MEMORY
     print(format_table(results))
     if args.json:
         io_utils.write_json(args.json, dict(results, tasks=args.tasks,

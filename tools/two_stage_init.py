@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from util import checkpoint  # noqa: E402
+from util import checkpoint, fs  # noqa: E402
 
 
 def make_two_stage_init(stage1_checkpoint: str, output_prefix: str) -> list[str]:
@@ -27,7 +27,12 @@ def make_two_stage_init(stage1_checkpoint: str, output_prefix: str) -> list[str]
     stage-1 masked LM (same size): `electra/*` stays, `generator/*` gets copies of every
     `electra/` weight (embeddings included: the frozen generator has its own copy), the
     generator_predictions head stays. Returns the written variable names."""
-    values = checkpoint.read_all(checkpoint.resolve(stage1_checkpoint))
+    fs.check_spellings({"stage1": stage1_checkpoint, "output_prefix": output_prefix})
+    source = checkpoint.resolve(stage1_checkpoint)
+    if fs.same_place(output_prefix, source):
+        raise ValueError(f"output_prefix {output_prefix} is the stage-1 checkpoint {source}: "
+                         "writing it would replace the input; choose another prefix")
+    values = checkpoint.read_all(source)
     out = {}
     for name, value in values.items():
         if name.startswith(("electra/", "generator_predictions/")):

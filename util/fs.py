@@ -9,6 +9,12 @@ What a write promises depends on the storage (util/io_utils.atomic_open says it 
 local disk and HDFS rename atomically; object stores (GCS, S3) have no rename, and gfile's rename
 copies then deletes, but each object appears whole or not at all.
 
+A `file://` URL is the local disk: replace() renames it as a local path (atomic), and
+io_utils.atomic_open and the run lock treat it so. Whether two paths are one place (any spelling:
+local, file://, symlinks, `..`, extra slashes) is decided by relation() / same_place(), which every
+check protecting an input from an output uses; check_spelling() refuses the URLs TensorFlow would
+read otherwise than meant (`file://relative/path`, `FILE://`).
+
 Only os.path's pure string functions (join, dirname, basename, split, splitext, isabs,
 expanduser) are safe on URLs; anything that touches the disk or the working directory must come
 from here (tests/test_fs_rule.py checks it).
@@ -188,10 +194,11 @@ def rmtree(path: str) -> None:
 
 
 def replace(src: str, dst: str) -> None:
-    """Renames `src` over `dst`: atomic on local disk and HDFS; a copy then a delete on object
-    stores (the copy appears whole or not at all)."""
-    if not is_url(src) and not is_url(dst):
-        os.replace(src, dst)
+    """Renames `src` over `dst`: atomic on local disk (local paths and file:// URLs) and HDFS; a
+    copy then a delete on object stores (the copy appears whole or not at all)."""
+    local_src, local_dst = local_path(src), local_path(dst)
+    if local_src is not None and local_dst is not None:  # file:// URLs too: one rename
+        os.replace(local_src, local_dst)
         return
     try:
         _gfile.rename(src, dst, overwrite=True)
@@ -241,10 +248,91 @@ def broken_link_target(path: str) -> str | None:
     return os.readlink(path)
 
 
-def samefile(a: str, b: str) -> bool:
-    if not is_url(a) and not is_url(b):
-        return os.path.samefile(a, b)
-    return abspath(a) == abspath(b)
+# -- where a path points: one place, however it is spelled -----------------------------------
+
+
+def _scheme(path: str) -> str:
+    return str(path).split("://", 1)[0].lower() if is_url(path) else ""
+
+
+def local_path(path: str) -> str | None:
+    """The local path a local path or `file://` URL names (None for other URLs): `file:///x`,
+    `file:////x//` and `FILE:///x` are /x. Like TensorFlow, anything between `file://` and the
+    next slash is taken for a host name and ignored (check_spelling refuses such URLs)."""
+    if not is_url(path):
+        return path
+    if _scheme(path) != "file":
+        return None
+    rest = path.split("://", 1)[1]
+    return "/" + rest.split("/", 1)[1].lstrip("/") if "/" in rest else "/"
+
+
+def place(path: str) -> str:
+    """A canonical spelling of where `path` points, for telling places apart.
+
+    Local paths and `file://` URLs: absolute, symlinks and `.`/`..` resolved, no trailing or
+    repeated slashes. Other URLs: scheme in lower case, repeated slashes collapsed, `.`/`..`
+    resolved, no trailing slash. The second errs towards "the same place" (`gs://b/a//c` and
+    `gs://b/a/c` are two objects to GCS but one here), which is the safe side for the checks
+    that use it: they protect what a command reads from what it writes.
+    """
+    local = local_path(path)
+    if local is not None:
+        return os.path.realpath(local)
+    rest = "/" + path.split("://", 1)[1].lstrip("/")
+    return f"{_scheme(path)}://" + posixpath.normpath(rest).lstrip("/")
+
+
+def relation(a: str, b: str) -> str | None:
+    """How place `a` stands to place `b`: "same", "inside" (a lies inside b), "contains" (b lies
+    inside a), or None (apart). Any spelling of either (see place); an existing local file
+    reached through a hard link or another mount is also the same."""
+    pa, pb = place(a), place(b)
+    if pa == pb:
+        return "same"
+    la, lb = local_path(a), local_path(b)
+    if la is not None and lb is not None and os.path.exists(la) and os.path.exists(lb) \
+            and os.path.samefile(la, lb):
+        return "same"
+    if pa.startswith(pb.rstrip("/") + "/"):
+        return "inside"
+    if pb.startswith(pa.rstrip("/") + "/"):
+        return "contains"
+    return None
+
+
+def same_place(a: str, b: str) -> bool:
+    """Whether `a` and `b` name one file or directory, however each is spelled (see place)."""
+    return relation(a, b) == "same"
+
+
+def check_spelling(path: str, what: str) -> None:
+    """Refuses (ValueError naming `what` and the path) a URL TensorFlow would read otherwise
+    than the user meant: `file://` followed by a relative path (`file://data/x` names host
+    `data` and path /x: TensorFlow reads and writes /x at the filesystem root), and a scheme
+    not in lower case (TensorFlow knows only `file`, `gs`...). Local paths pass as they are."""
+    if not isinstance(path, str) or not is_url(path):
+        return
+    scheme, rest = path.split("://", 1)
+    if scheme != scheme.lower():
+        raise ValueError(f"{what} {path}: write the scheme in lower case "
+                         f"({scheme.lower()}://{rest}); TensorFlow does not know {scheme}://")
+    if scheme != "file":
+        return
+    host = rest.split("/", 1)[0]
+    if host and host != "localhost":
+        meant = "file://" + os.path.abspath(rest)
+        raise ValueError(
+            f"{what} {path}: a file:// URL needs an absolute path (three slashes): TensorFlow "
+            f"takes {host!r} for a host name and would use {local_path(path)} at the top of "
+            f"the filesystem. Did you mean {meant} (or the local path {rest})?")
+
+
+def check_spellings(paths: dict[str, Any]) -> None:
+    """check_spelling for each (what -> path or None) of a command's arguments."""
+    for what, path in paths.items():
+        if path is not None:
+            check_spelling(path, what)
 
 
 def same_content(a: str, b: str) -> bool:

@@ -28,6 +28,7 @@ def parse_hparams_arg(hparams: str | Mapping[str, Any] | None) -> dict[str, Any]
         return dict(hparams)
     text = hparams.strip()
     if text.endswith(".json") and not text.startswith("{"):
+        fs.check_spelling(text, "--hparams")
         if not fs.exists(text):
             raise HParamError(f"--hparams: file {text} does not exist")
         value = io_utils.read_json(text)
@@ -70,6 +71,18 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     if isinstance(annotation, type):
         return isinstance(value, annotation)
     return True
+
+
+def _strings(value: Any, where: str = "") -> list[tuple[str, str]]:
+    """(where, string) for the strings in a value, also inside lists and dicts: where is the
+    key path inside it (".task.train", "[2]")."""
+    if isinstance(value, str):
+        return [(where, value)]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(v, f"{where}.{k}")]
+    if isinstance(value, (list, tuple)):
+        return [s for i, v in enumerate(value) for s in _strings(v, f"{where}[{i}]")]
+    return []
 
 
 def _type_name(annotation: Any) -> str:
@@ -174,6 +187,7 @@ class HParams:
         config._set_derived_defaults()
         config.update(values)  # the user's values beat the derived defaults
         config.check_values()  # before anything is derived from them
+        config.check_path_spellings()
         config._finalize()
         return config
 
@@ -190,6 +204,17 @@ class HParams:
             if valid is not None and not valid.ok(value):
                 raise HParamError(f"hparam {f.name!r} must be {valid}, got {value!r}")
 
+    def check_path_spellings(self) -> None:
+        """Refuses a path (any string, also inside lists and dicts) that TensorFlow would read
+        otherwise than meant: `file://` followed by a relative path (see fs.check_spelling)."""
+        for f in dataclasses.fields(self):
+            for where, text in _strings(getattr(self, f.name)):
+                what = "--data-dir" if f.name == "data_dir" else f"hparam '{f.name}{where}'"
+                try:
+                    fs.check_spelling(text, what)
+                except ValueError as e:
+                    raise HParamError(str(e)) from None
+
     def check_output_paths(self, files: list[str], dirs: list[str]) -> None:
         """Refuses, before any work, output hparams naming a directory where a file is written
         (`files`) or a file where a directory is (`dirs`): the write would fail at the end."""
@@ -203,6 +228,19 @@ class HParams:
             if path and fs.exists(path) and not fs.isdir(path):
                 raise HParamError(f"hparam {key!r} is {path}, an existing file; it names a "
                                   "directory to write in")
+
+    def check_outputs_apart(self, files: list[str], inputs: list[tuple[str, str | None]]) -> None:
+        """Refuses output file hparams (`files`) that name a file the run reads (`inputs`: (what,
+        path) pairs) or each other, however each is spelled (fs.same_place): writing one would
+        replace the input, or the other output."""
+        outputs = [(key, getattr(self, key)) for key in files if getattr(self, key)]
+        for i, (key, path) in enumerate(outputs):
+            others = [(f"hparam {k!r}", p) for k, p in outputs[i + 1:]]
+            for what, source in inputs + others:
+                if source and fs.same_place(path, source):
+                    raise HParamError(f"hparam {key!r} is {path}, the same file as {what} "
+                                      f"{source}: writing it would replace that; choose another "
+                                      "path")
 
     @classmethod
     def valid_values(cls) -> dict[str, Range | OneOf | None]:

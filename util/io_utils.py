@@ -3,7 +3,8 @@
 A crash mid-write leaves the previous file (or nothing) in place, never a torn file.
 
 What that promises per storage (paths are local or URLs, see util/fs.py):
-  - local disk: the temporary is fsync'ed, then renamed over the target (atomic, POSIX).
+  - local disk (a local path or a file:// URL): the temporary is fsync'ed, then renamed over
+    the target (atomic, POSIX).
   - HDFS (hdfs://): written whole to a temporary, then renamed (atomic in the namenode).
   - object stores (gs://, s3://): no rename; gfile's rename copies the temporary to the target
     object and deletes it. An object store makes an object visible only once it is complete, so
@@ -52,11 +53,12 @@ def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> I
     The temporary's name carries the writer's pid, so the next write of the same file can clean
     up after a writer that was killed mid-write (on the local disk, where pids can be checked).
     """
-    if fs.is_url(path):
+    local = fs.local_path(path)  # a file:// URL is the local disk: fsync and rename as such
+    if local is None:
         with _url_atomic_open(path, mode, encoding) as f:
             yield f
         return
-    with _local_atomic_open(path, mode, encoding) as f:
+    with _local_atomic_open(local, mode, encoding) as f:
         yield f
 
 

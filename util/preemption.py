@@ -26,6 +26,8 @@ import time
 
 import tensorflow as tf
 
+from util import distribution
+
 log = logging.getLogger(__name__)
 _active = None  # the entered PreemptionGuard, if any
 
@@ -171,8 +173,33 @@ def rearm() -> None:
         _active.flag()  # created now, outside any strategy scope or traced function
 
 
-def requested() -> bool:
-    return _active is not None and _active.requested
+def requested(strategy: tf.distribute.Strategy | None = None) -> bool:
+    """Whether a stop was requested here; with a MultiWorkerMirroredStrategy, whether one was
+    on ANY worker (one all-reduce of the workers' votes), so that all of them take the same
+    branch. A worker deciding alone would leave while the others wait for it in their next
+    collective, until TensorFlow declares it dead and they fail (and nobody saves). Every
+    worker must then call it at the same point of its program, like any collective."""
+    local = _active is not None and _active.requested
+    if not _is_multi_worker(strategy):
+        return local
+    return _any_worker(strategy, local)
+
+
+def _is_multi_worker(strategy: tf.distribute.Strategy | None) -> bool:
+    return strategy is not None and distribution.num_workers(strategy) > 1
+
+
+_VOTE_FUNCTIONS: dict = {}  # id(strategy) -> (strategy, its traced all-reduce of one vote)
+
+
+def _any_worker(strategy: tf.distribute.Strategy, vote: bool) -> bool:
+    if id(strategy) not in _VOTE_FUNCTIONS:
+        @tf.function(autograph=False)
+        def total(value):
+            return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                   strategy.run(tf.identity, args=(value,)), axis=None)
+        _VOTE_FUNCTIONS[id(strategy)] = (strategy, total)
+    return float(_VOTE_FUNCTIONS[id(strategy)][1](tf.constant(float(vote)))) > 0
 
 
 def describe() -> str:
@@ -190,13 +217,15 @@ def stopped(step: int, what: str = "") -> Preempted:
                      "re-run the same command to resume")
 
 
-def check(doing: str, redo: str = "re-run the same command to do it") -> None:
+def check(doing: str, redo: str = "re-run the same command to do it",
+          strategy: tf.distribute.Strategy | None = None) -> None:
     """Raises Preempted when a stop was requested. For the long phases with nothing to save
     (evaluation, probes, featurization, prediction), called at every batch: a signal ends them
-    within one batch, before anything of theirs is written."""
-    if not requested():
+    within one batch, before anything of theirs is written. `strategy`: for a phase every
+    worker runs (see `requested`)."""
+    if not requested(strategy):
         return
-    waited = _active.seconds_since_signal()
+    waited = _active.seconds_since_signal() if _active is not None else None
     after = f", {waited:.1f}s after the signal" if waited is not None else ""
     raise Preempted(f"stopped on {describe()} during {doing}{after}; nothing of it was "
                     f"written; {redo}")

@@ -123,6 +123,10 @@ def resolve(name: str, value: Any) -> dict:
         if split in spec:
             if not isinstance(spec[split], str) or not spec[split]:
                 raise _error(name, split, f"expected a file path, got {spec[split]!r}")
+            try:
+                fs.check_spelling(spec[split], "the path")
+            except ValueError as e:
+                raise _error(name, split, str(e)) from None
             spec[split] = fs.resolve_relative(base, spec[split])
     return spec
 

@@ -208,22 +208,23 @@ class RunLock:
     or when it ran on another host and has not been refreshed (`heartbeat()`) for
     `stale_after_secs`. Use as a context manager, or acquire()/release().
 
-    On the local disk the lock file appears with its content in one step and only if it did not
-    exist (a hard link, else O_EXCL): two runs can never both hold it. A directory given as a URL
-    (gs://, s3://) has no exclusive create, so there the lock is a lease, best effort: the file
-    names its holder and when it was last refreshed (written in one object), the holder rewrites
-    it at most every `_LEASE_REFRESH_SECS` while it runs, a lease not refreshed for
-    `stale_after_secs` is taken over, and a run reads its lease back after writing it and backs
-    off if another run's write won. Two runs starting within the same moment can still both
-    believe they hold it; the second writer's lease survives, and the first sees that at its
-    next refresh and stops.
+    On the local disk (a local path or a file:// URL) the lock file appears with its content in
+    one step and only if it did not exist (a hard link, else O_EXCL): two runs can never both hold
+    it. A directory given as another URL (gs://, s3://) has no exclusive create, so there the lock
+    is a lease, best effort: the file names its holder and when it was last refreshed (written in
+    one object), the holder rewrites it at most every `_LEASE_REFRESH_SECS` while it runs, a
+    lease not refreshed for `stale_after_secs` is taken over, and a run reads its lease back
+    after writing it and backs off if another run's write won. Two runs starting within the same
+    moment can still both believe they hold it; the second writer's lease survives, and the
+    first sees that at its next refresh and stops.
     """
 
     _LEASE_REFRESH_SECS = 60.0
 
     def __init__(self, directory: str, filename: str = ".run.lock",
                  stale_after_secs: float = 3600.0):
-        self.path = os.path.join(directory, filename)
+        local = fs.local_path(directory)  # a file:// URL is the local disk: exclusive create
+        self.path = os.path.join(directory if local is None else local, filename)
         self.stale_after_secs = stale_after_secs
         self.held = False
         self.host = socket.gethostname()

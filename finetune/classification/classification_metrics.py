@@ -4,7 +4,7 @@ Definitions as GLUE uses them: CoLA Matthews correlation; STS-B Pearson and Spea
 ranks for ties); MRPC and QQP accuracy and F1 of the positive class "1"; the rest accuracy.
 Scorers report them x100, as the official release does.
 """
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -88,10 +88,12 @@ def spearman(x, y) -> float:
 
 
 class SentenceLevelScorer(scorer.Scorer):
-    """Collects gold labels ("label_ids" or "targets") and "predictions", one per example."""
+    """Collects gold labels ("label_ids" or "targets") and "predictions", one per example.
+    label_names: the task's labels by class id, for messages (None: regression, or unknown)."""
 
-    def __init__(self):
+    def __init__(self, label_names: Sequence[str] | None = None):
         super().__init__()
+        self._label_names = list(label_names) if label_names is not None else None
         self._true_labels: list[Any] = []
         self._preds: list[Any] = []
         self._eids: list[int] = []
@@ -104,7 +106,7 @@ class SentenceLevelScorer(scorer.Scorer):
         self._eids.append(int(np.asarray(results.get("eid", -1)).item()))
 
     def collapse(self) -> str | None:
-        return health.classification_collapse(self._preds)
+        return health.classification_collapse(self._preds, self._true_labels, self._label_names)
 
 
 class AccuracyScorer(SentenceLevelScorer):
@@ -117,8 +119,8 @@ class AccuracyScorer(SentenceLevelScorer):
 class AccuracyF1Scorer(SentenceLevelScorer):
     """MRPC and QQP: accuracy and F1 of the positive class (GLUE reports both)."""
 
-    def __init__(self, positive_label: int = 1):
-        super().__init__()
+    def __init__(self, positive_label: int = 1, label_names: Sequence[str] | None = None):
+        super().__init__(label_names)
         self._positive = positive_label
 
     def _get_results(self):
@@ -168,8 +170,9 @@ class ChosenMetricsScorer(SentenceLevelScorer):
     f1 is the positive class's for two labels (as MRPC/QQP) and the macro average otherwise.
     """
 
-    def __init__(self, metrics, num_labels: int, positive_label: int = 1):
-        super().__init__()
+    def __init__(self, metrics, num_labels: int, positive_label: int = 1,
+                 label_names: Sequence[str] | None = None):
+        super().__init__(label_names)
         self._metrics = list(metrics)
         self._num_labels = num_labels
         self._positive = positive_label

@@ -292,7 +292,7 @@ class ClassificationTask(SingleOutputTask):
         return ClassificationHead(self.name, bert_config, len(self.label_list), seed)
 
     def get_scorer(self, split="dev"):
-        return classification_metrics.AccuracyScorer()
+        return classification_metrics.AccuracyScorer(label_names=self.label_list)
 
     def format_prediction(self, outputs):
         return self.label_list[int(np.asarray(outputs["predictions"]).item())]
@@ -370,7 +370,7 @@ class CoLA(ClassificationTask):
         super().__init__(config, "cola", tokenizer, BINARY)
 
     def get_scorer(self, split="dev"):
-        return classification_metrics.MCCScorer()
+        return classification_metrics.MCCScorer(label_names=self.label_list)
 
 
 class SST(ClassificationTask):
@@ -396,7 +396,7 @@ class MRPC(ClassificationTask):
         super().__init__(config, "mrpc", tokenizer, BINARY)
 
     def get_scorer(self, split="dev"):
-        return classification_metrics.AccuracyF1Scorer()
+        return classification_metrics.AccuracyF1Scorer(label_names=self.label_list)
 
 
 class QQP(ClassificationTask):
@@ -410,7 +410,7 @@ class QQP(ClassificationTask):
         super().__init__(config, "qqp", tokenizer, BINARY)
 
     def get_scorer(self, split="dev"):
-        return classification_metrics.AccuracyF1Scorer()
+        return classification_metrics.AccuracyF1Scorer(label_names=self.label_list)
 
 
 class STS(RegressionTask):

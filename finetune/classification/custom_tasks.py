@@ -113,7 +113,7 @@ class CustomClassification(_FromSpec, classification_tasks.ClassificationTask):
     def get_scorer(self, split="dev"):
         return classification_metrics.ChosenMetricsScorer(
             self.spec.get("metrics") or ["accuracy"], len(self.label_list),
-            self.label_list.index(self.positive_label))
+            self.label_list.index(self.positive_label), label_names=self.label_list)
 
     def model_settings(self) -> dict[str, Any]:
         return {"labels": self.label_list}

@@ -210,6 +210,15 @@ def predict_question(example: qa_data.QAExample, windows: Sequence[qa_features.W
     return QuestionPrediction(best["text"], nbest, null_score, found)
 
 
+def given_answer(question: QuestionPrediction, na_threshold: float) -> str:
+    """The answer a question gets: "" without a span, or (SQuAD 2.0) with its null score above
+    `na_threshold`; else the best non-null span."""
+    if not question.found or (question.null_score is not None
+                              and question.null_score > na_threshold):
+        return ""
+    return question.text
+
+
 def group_outputs(task_name: str, rows: Sequence[Mapping[str, Any]]) -> dict[int, Any]:
     """Head outputs per feature id (<task>_eid = 1000 * example eid + window index)."""
     by_id = {}
@@ -246,7 +255,11 @@ class SpanBasedQAScorer(scorer_lib.Scorer):
         self._split = split
         self._v2 = v2
         self._rows: list[Mapping[str, Any]] = []
-        self._answers: list[str] = []  # the decoded answers, once get_results ran
+        # Once get_results ran: the answers given (2.0: "" where the null score is above
+        # qa_na_threshold, as the metrics and prediction outputs read them) and which questions
+        # have a gold answer.
+        self._answers: list[str] = []
+        self._answerable: list[bool] = []
 
     def update(self, results: Mapping[str, Any]) -> None:
         super().update(results)
@@ -254,7 +267,7 @@ class SpanBasedQAScorer(scorer_lib.Scorer):
 
     def collapse(self) -> str | None:
         self.get_results()
-        return health.qa_collapse(self._answers)
+        return health.qa_collapse(self._answers, self._answerable)
 
     def paths(self) -> dict[str, str]:
         name, qa_dir = self._task.name, self._config.qa_dir
@@ -266,7 +279,9 @@ class SpanBasedQAScorer(scorer_lib.Scorer):
         examples = self._task.get_examples(self._split)
         questions = self._task.predict_questions(examples, self._rows)
         predictions = {qid: q.text for qid, q in questions.items()}
-        self._answers = list(predictions.values())
+        self._answers = [given_answer(q, self._config.qa_na_threshold)
+                         for q in questions.values()]
+        self._answerable = [bool(e.gold_answers) for e in examples]
         null_odds = {qid: q.null_score for qid, q in questions.items()} if self._v2 else None
         paths = self.paths()
         io_utils.write_json(paths["preds"], predictions)

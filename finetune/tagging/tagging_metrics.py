@@ -302,7 +302,9 @@ class ChunkF1Scorer(scorer.Scorer):
         return results + [("loss", self.get_loss())]
 
     def collapse(self) -> str | None:
-        return health.tagging_collapse(tags for _, tags in self.tagged_sentences())
+        tagged = self.tagged_sentences()
+        return health.tagging_collapse([tags for _, tags in tagged],
+                                       [sentence.tags for sentence, _ in tagged])
 
     def report(self) -> str:
         """What conlleval prints; for token tags, the token accuracy."""

@@ -160,7 +160,7 @@ def find_input_files(corpus_dir: str) -> list[InputFile]:
     # Symlinked sub-directories are corpus too (they used to be skipped without a word); a
     # directory reached twice (a link loop, two links to one place) is read once.
     for root, dirs, names in fs.walk(corpus_dir):
-        real = fs.realpath(root)
+        real = fs.place(root)
         if real in seen_dirs:
             log.warning("--corpus-dir: %s is %s, already read; skipped", root, real)
             dirs[:] = []

@@ -16,9 +16,7 @@ import dataclasses
 import datetime
 import hashlib
 import math
-import multiprocessing
 import os
-import queue as queue_lib
 import random
 import re
 import shutil
@@ -30,7 +28,7 @@ from typing import Callable, Iterator
 from model import tokenization
 from pretrain import pretrain_data
 from pretrain.builder import corpus, example_builder
-from util import fs, io_utils, training_utils
+from util import fs, io_utils, training_utils, workers
 
 TARGET_SHARD_BYTES = 32 << 20   # auto shard count: about this much text per shard ...
 MIN_SHARD_BYTES = 64 << 10      # ... but never shards smaller than this
@@ -66,6 +64,12 @@ class BuildConfig:
     log: Callable[[str], None] = print
 
     def validate(self) -> None:
+        fs.check_spellings({"--corpus-dir": self.corpus_dir, "--output-dir": self.output_dir,
+                            "--vocab-file": self.vocab_file, "--spm-model": self.spm_model})
+        if fs.relation(self.output_dir, self.corpus_dir) in ("same", "inside"):
+            raise BuildError(f"--output-dir {self.output_dir} is inside --corpus-dir "
+                             f"{self.corpus_dir}; its shards would be read as text by the next "
+                             "run. Choose another place")
         sources = [n for n, v in (("--vocab-file", self.vocab_file), ("--spm-model", self.spm_model),
                                   ("--vocab-size", self.vocab_size)) if v is not None]
         if len(sources) != 1:
@@ -282,50 +286,20 @@ def _train_spm(cfg: BuildConfig, files: list[corpus.InputFile], reuse: bool) -> 
 # ---------------------------------------------------------------------------------------------
 # Running.
 
-_WORKER_QUEUE = None
-
-
-def _init_worker(progress_queue) -> None:
-    global _WORKER_QUEUE
-    _WORKER_QUEUE = progress_queue
-
-
-def _report_to_queue(nbytes: int, examples: int, files: int) -> None:
-    _WORKER_QUEUE.put((nbytes, examples, files))
-
-
-def _run_in_worker(task: example_builder.GroupTask) -> example_builder.GroupResult:
-    return example_builder.build_group(task, _report_to_queue)
+def _describe_group(task: example_builder.GroupTask) -> str:
+    shards = ", ".join(pretrain_data.shard_name(s, task.num_shards) for s in task.write)
+    return f"building {shards}"
 
 
 def _run_tasks(tasks: list[example_builder.GroupTask], num_processes: int,
                on_progress: Callable[[int, int, int], None]) -> list[example_builder.GroupResult]:
+    """Builds the groups here (one process) or in worker processes (util/workers.py: a worker
+    that dies raises WorkerDied at once; the shards already renamed into place are complete and
+    a re-run keeps them)."""
     if num_processes == 1 or len(tasks) <= 1:
         return [example_builder.build_group(task, on_progress) for task in tasks]
-    # "spawn", not fork: the caller (a test, a notebook) may hold TensorFlow threads, and forking
-    # those can deadlock. Workers import no TensorFlow, so they start in well under a second.
-    context = multiprocessing.get_context("spawn")
-    progress_queue = context.Queue()
-    results = []
-    with context.Pool(min(num_processes, len(tasks)), initializer=_init_worker,
-                      initargs=(progress_queue,)) as pool:
-        pending = [pool.apply_async(_run_in_worker, (task,)) for task in tasks]
-
-        def drain(timeout: float) -> None:
-            try:
-                while True:
-                    on_progress(*progress_queue.get(timeout=timeout))
-                    timeout = 0
-            except queue_lib.Empty:
-                pass
-
-        while pending:
-            drain(0.1)
-            for result in [r for r in pending if r.ready()]:
-                pending.remove(result)
-                results.append(result.get())  # re-raises a worker's error here
-        drain(0.05)
-    return results
+    return workers.run(example_builder.build_group, tasks, num_processes, on_progress,
+                       _describe_group)
 
 
 def _settings_record(cfg: BuildConfig, files: list[corpus.InputFile], num_shards: int) -> dict:
@@ -377,11 +351,6 @@ def _build_dataset(cfg: BuildConfig) -> dict:
     start_time = time.time()
     cfg.validate()
     log = cfg.log
-    corpus_real = fs.realpath(cfg.corpus_dir).rstrip("/")
-    output_real = fs.realpath(cfg.output_dir).rstrip("/")
-    if output_real == corpus_real or output_real.startswith(corpus_real + os.sep):
-        raise BuildError(f"--output-dir {cfg.output_dir} is inside --corpus-dir {cfg.corpus_dir}; "
-                         f"its shards would be read as text by the next run. Choose another place")
     files = corpus.find_input_files(cfg.corpus_dir)
     problems = [f.problem for f in files if f.problem is not None]
     if problems and not cfg.skip_bad_files:

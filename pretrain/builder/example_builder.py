@@ -8,7 +8,7 @@ ExampleBuilder applies the rules of the official ELECTRA build_pretraining_datas
   - the sentences are split into two segments [CLS] A [SEP] B [SEP]: A takes whole sentences
     up to about half the target (a sentence that would overflow A joins it half of the time
     while B is still empty); 10% of examples are a single segment [CLS] A [SEP].
-What does not fit in max_seq_length differs (issue 17):
+What does not fit in max_seq_length depends on official_truncation:
   - official_truncation: A is cut to max_seq_length - 2 tokens and B to what is left after
     [CLS] A [SEP] [SEP], and the rest is dropped. On a corpus with one paragraph per line this
     drops about 28% of the text at max_seq_length 128, so it is only kept for reproduction;
