@@ -31,6 +31,7 @@ from finetune import preprocessing
 from finetune import task as task_lib
 from finetune import task_builder
 from finetune import trainer
+from finetune import trial_model
 from util import checkpoint
 from util import distribution
 from util import fs
@@ -179,8 +180,10 @@ def _remove_checkpoints(directory: str) -> None:
 # -- the run ------------------------------------------------------------------------------------
 
 
-def run_trial(config, tasks, preprocessor, trial, strategy, keys) -> dict[str, Any] | None:
-    """Trains (or resumes) and evaluates one trial; returns its record when do_eval."""
+def run_trial(config, tasks, preprocessor, trial, strategy, keys,
+              models: trial_model.Cache | None = None) -> dict[str, Any] | None:
+    """Trains (or resumes) and evaluates one trial; returns its record when do_eval. `models`
+    hands the previous trial's traced model on (re-initialised) instead of tracing anew."""
     is_chief = distribution.is_chief(strategy)
     need_test = config.write_test_outputs and trial <= config.n_writes_test
     finished = load_finished_trial(config, trial, need_test, keys)
@@ -188,7 +191,7 @@ def run_trial(config, tasks, preprocessor, trial, strategy, keys) -> dict[str, A
         log.info("trial %d already finished (step %d); reusing its results", trial,
                  finished["global_step"])
         return finished
-    runner = trainer.ModelRunner(config, tasks, preprocessor, trial, strategy)
+    runner = trainer.ModelRunner(config, tasks, preprocessor, trial, strategy, models)
     runner.initialize()
     if config.do_train:
         runner.train()
@@ -246,7 +249,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     lock_dir, lock_name = os.path.split(fs.abspath(config.model_dir).rstrip("/"))
     summary = None
     with training_utils.RunLock(lock_dir, filename=f".{lock_name}.lock"):
-        records = []
+        records, models = [], trial_model.Cache()
         for trial in range(1, config.num_trials + 1):
             if preemption.requested():
                 raise preemption.Preempted(f"stopped on a signal before trial {trial}; re-run "
@@ -254,7 +257,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
             log.info("=== trial %d/%d: model %s, tasks %s ===", trial, config.num_trials,
                      config.model_name, ",".join(config.task_names))
             try:
-                record = run_trial(config, tasks, preprocessor, trial, strategy, keys)
+                record = run_trial(config, tasks, preprocessor, trial, strategy, keys, models)
             except tf.errors.DataLossError as e:
                 # A damaged feature cache would fail every re-run the same way: name it.
                 caches = fs.glob(os.path.join(fs.escape(config.preprocessed_data_dir),

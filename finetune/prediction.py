@@ -22,6 +22,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
+from finetune import bucketing
 from finetune import preprocessing
 from finetune import task as task_lib
 from finetune.classification import classification_tasks
@@ -214,7 +215,13 @@ class Predictor:
         features = preprocessing.Preprocessor(config, tasks)
         self._specs = features.feature_specs
         self._padding = features.padding_features()
-        self._forward = tf.function(lambda features: model(features, training=False)[1])
+        self._trim = features.trimmer  # the length buckets evaluation uses
+        signature = bucketing.relaxed_signature({
+            spec.name: tf.TensorSpec([batch_size] + list(spec.shape),
+                                     tf.int32 if spec.is_int_feature else tf.float32)
+            for spec in self._specs})
+        self._forward = tf.function(lambda features: model(features, training=False)[1],
+                                    input_signature=[signature])
 
     def _batch(self, rows: list[dict]) -> dict[str, tf.Tensor]:
         rows = rows + [self._padding] * (self._batch_size - len(rows))
@@ -222,8 +229,8 @@ class Predictor:
         for spec in self._specs:
             values = np.stack([np.asarray(r[spec.name]) if spec.name in r
                                else spec.default_values() for r in rows])
-            batch[spec.name] = tf.constant(values, tf.int32 if spec.is_int_feature else tf.float32)
-        return batch
+            batch[spec.name] = values.astype(np.int32 if spec.is_int_feature else np.float32)
+        return {name: tf.constant(values) for name, values in self._trim(batch).items()}
 
     def outputs(self, examples: Sequence[task_lib.Example]) -> list[dict[str, np.ndarray]]:
         """The head's outputs for every feature row of `examples`, padding dropped."""

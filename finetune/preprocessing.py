@@ -3,7 +3,9 @@
 One list of FeatureSpecs (shared + every task's) both writes and parses the records. Each dataset
 is padded to a multiple of the batch size with rows whose `task_id` is len(task_names), so every
 batch has a static shape (drop_remainder) and no example is dropped; those rows carry zero loss
-and are skipped in scoring (as the official release).
+and are skipped in scoring (as the official release). Records hold max_seq_length positions;
+each batch read is then cut to its length bucket (finetune/bucketing.py, hparam
+pad_to_multiple_of), its rows and their order unchanged.
 
 Cache: `<preprocessed_data_dir>/<tasks>_<split>_<key hash>.tfrecord` plus a `.metadata.json`
 holding the full key. The key covers everything that changes the records: the content hash of
@@ -27,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 import configure_finetuning
+from finetune import bucketing
 from finetune import feature_spec
 from finetune import task as task_lib
 from util import fs
@@ -84,6 +87,9 @@ class Preprocessor:
             raise ValueError(f"feature names declared twice across tasks: {duplicates}")
         self._specs_by_name = {spec.name: spec for spec in self.feature_specs}
         self._parsing_specs = {spec.name: spec.parsing_spec() for spec in self.feature_specs}
+        # Every batch is cut to its length bucket after reading (the cache stays full length).
+        self.trimmer = bucketing.Trimmer(config.max_seq_length, config.pad_to_multiple_of,
+                                         max((t.min_sequence_length() for t in tasks), default=0))
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -104,12 +110,18 @@ class Preprocessor:
         d = d.batch(data.batch_size, drop_remainder=True)
         if skip_batches:
             d = d.skip(skip_batches)
-        return d.prefetch(2)
+        return self._cut_to_buckets(d).prefetch(2)
 
     def predict_dataset(self, data: PreparedData) -> tf.data.Dataset:
         d = tf.data.TFRecordDataset(data.path)
         d = d.map(self._decode, num_parallel_calls=tf.data.AUTOTUNE)
-        return d.batch(data.batch_size, drop_remainder=True).prefetch(2)
+        return self._cut_to_buckets(d.batch(data.batch_size, drop_remainder=True)).prefetch(2)
+
+    def _cut_to_buckets(self, batches: tf.data.Dataset) -> tf.data.Dataset:
+        """Each batch cut to its length bucket; the same batches in the same order."""
+        if not self.trimmer.enabled:
+            return batches
+        return batches.map(self.trimmer, num_parallel_calls=tf.data.AUTOTUNE)
 
     def padding_features(self) -> dict[str, Any]:
         """A padding row: every feature at its default, task_id = number of tasks."""

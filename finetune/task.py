@@ -200,6 +200,11 @@ class Task(abc.ABC):
 
     # -- model half -------------------------------------------------------------------------------
 
+    def min_sequence_length(self) -> int:
+        """The shortest batch length the task's head accepts: length buckets
+        (finetune/bucketing.py) never cut a batch below it."""
+        return 0
+
     @abc.abstractmethod
     def create_head(self, bert_config: modeling.BertConfig, seed: int = 0) -> heads.TaskHead:
         """The task's head; its variables are created now, under "task_specific/<task>/"."""

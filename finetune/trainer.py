@@ -11,7 +11,9 @@ clipped once: the step of the mean replica batch, whatever the number of replica
 TPU CrossShardOptimizer clips each core's gradient and sums them: `clip_per_replica`,
 docs/FIDELITY.md.) AdamW with warm-up + linear decay and layer-wise learning
 rates comes from model/optimization.py; the step around the model's loss (float16 loss scaling,
-the all-reduce, the finite check, the update, the loop) from util/step_engine.py.
+the all-reduce, the finite check, the update, the loop) from util/step_engine.py. The network,
+its optimizer and their traced functions live in finetune/trial_model.py, shared by the trials
+of a run.
 """
 import logging
 import math
@@ -23,10 +25,9 @@ import numpy as np
 import tensorflow as tf
 
 import configure_finetuning
-from finetune import finetuning_model
 from finetune import preprocessing
 from finetune import task as task_lib
-from model import optimization
+from finetune import trial_model
 from util import checkpoint
 from util import distribution
 from util import fs
@@ -39,7 +40,7 @@ from util import training_utils
 
 log = logging.getLogger(__name__)
 
-STATE_PREFIX = "finetune_state/"
+STATE_PREFIX = trial_model.STATE_PREFIX
 SETTINGS_FILE = "finetune_config.json"
 RESULTS_FILE = "eval_results.json"
 # Hparams that do not change what a trial learns: a resumed trial may differ in these.
@@ -78,7 +79,8 @@ class ModelRunner:
 
     def __init__(self, config: configure_finetuning.FinetuningConfig,
                  tasks: Sequence[task_lib.Task], preprocessor: preprocessing.Preprocessor,
-                 trial: int = 1, strategy: tf.distribute.Strategy | None = None):
+                 trial: int = 1, strategy: tf.distribute.Strategy | None = None,
+                 models: trial_model.Cache | None = None):
         self.config = config
         self.tasks = list(tasks)
         self.trial = trial
@@ -87,7 +89,6 @@ class ModelRunner:
         self.preprocessor = preprocessor
         self.strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = distribution.is_chief(self.strategy)
-        self.use_xla = distribution.default_use_xla(config.use_xla)
         self.train_data = None
         self.train_steps = 0
         for key in ("eval_batch_size", "predict_batch_size") + (
@@ -98,29 +99,13 @@ class ModelRunner:
             # As the official release: whole epochs of the padded set, epochs may be fractional.
             self.train_steps = max(1, int(self.train_data.steps_per_epoch *
                                           config.num_train_epochs))
-        self.float16 = config.compute_dtype == "float16"
-        with self.strategy.scope():
-            self.model = finetuning_model.FinetuningModel(config, tasks, seed=self.seed)
-            self.optimizer = self.engine = None
-            if config.do_train:
-                self.optimizer = optimization.create_optimizer(
-                    self.model.trainable_variables, config.learning_rate, self.train_steps,
-                    weight_decay_rate=config.weight_decay_rate,
-                    warmup_proportion=config.warmup_proportion,
-                    layerwise_lr_decay=config.layerwise_lr_decay,
-                    num_layers=self.model.bert_config.num_hidden_layers,
-                    clip_norm=None if config.clip_per_replica else config.clip_norm,
-                    bias_correction=config.adam_bias_correction,
-                    decay_after_warmup=config.lr_decay_after_warmup,
-                    official_layerwise=config.layerwise_lr_decay_official)
-                self.engine = step_engine.StepEngine(
-                    self.strategy, self.optimizer, self.model.trainable_variables,
-                    inputs_fn=self._step_inputs, loss_fn=self._loss, metric_names=("loss",),
-                    float16=self.float16, state_prefix=STATE_PREFIX, use_xla=self.use_xla,
-                    mean_over_replicas=not config.clip_per_replica, count_skipped_steps=True,
-                    clip_per_replica=config.clip_norm if config.clip_per_replica else None)
+        # Built and traced once per run: the next trial of the same run reuses it, reset.
+        self.trial_model = (models or trial_model.Cache()).get(
+            config, tasks, self.strategy, self.train_steps, self.seed)
+        self.model = self.trial_model.model
+        self.optimizer, self.engine = self.trial_model.optimizer, self.trial_model.engine
+        self.float16 = self.trial_model.float16
         self.manager = checkpoint.CheckpointManager(self.model_dir, max_to_keep=1)
-        self._predict_fn = None
         self._restored_step = 0
         # {results name: why} for the evaluated splits whose predictions collapsed
         # (finetune/health.py); filled by evaluate().
@@ -205,20 +190,6 @@ class ModelRunner:
         return self.manager.save(tensors, self.global_step)
 
     # -- training ---------------------------------------------------------------------------------
-
-    def _step_inputs(self, features):
-        """Per replica: the dropout seed, a function of (seed, step, replica), and the progress
-        through training (some heads anneal with it)."""
-        step = self.optimizer.global_step.read_value()
-        seed = tf.stack([tf.constant(self.seed, tf.int64), step])
-        if self.strategy.num_replicas_in_sync > 1:
-            seed = tf.random.experimental.stateless_fold_in(
-                seed, tf.distribute.get_replica_context().replica_id_in_sync_group)
-        return features, (seed, tf.cast(step, tf.float32) / float(self.train_steps))
-
-    def _loss(self, features, micro_batch, seed, percent_done):
-        loss, _ = self.model(features, training=True, seed=seed, percent_done=percent_done)
-        return loss, tf.reshape(loss, [1])
 
     def train(self) -> None:
         """Trains to `train_steps`, one progress bar per epoch, checkpointing as it goes."""
@@ -307,36 +278,19 @@ class ModelRunner:
 
     # -- evaluation -------------------------------------------------------------------------------
 
-    def _build_predict_fn(self):
-        model, strategy = self.model, self.strategy
-
-        def replica_predict(features):
-            _, outputs = model(features, training=False)
-            return outputs
-
-        @tf.function
-        def predict_step(features):
-            outputs = strategy.run(replica_predict, args=(features,))
-            if strategy.num_replicas_in_sync > 1:
-                outputs = tf.nest.map_structure(lambda t: strategy.gather(t, axis=0), outputs)
-            return outputs
-
-        return predict_step
-
     def predict(self, task: task_lib.Task, split: str) -> list[dict[str, np.ndarray]]:
         """The head outputs of every example (feature row) of `task` on `split`, in file order."""
-        if self._predict_fn is None:
-            self._predict_fn = self._build_predict_fn()
         data = self.preprocessor.prepare_predict([task], split)
         dataset = self.strategy.experimental_distribute_dataset(
             self.preprocessor.predict_dataset(data))
+        predict_fn = self.trial_model.predict_fn(dataset.element_spec)
         task_index = self.config.task_names.index(task.name)
         rows: list[dict[str, np.ndarray]] = []
         for i, batch in enumerate(dataset):
             preemption.check(f"trial {self.trial}'s predictions on {task.name} {split} (batch "
                              f"{i + 1} of {data.steps_per_epoch})", "its checkpoint is saved: "
                              "re-run the same command to evaluate it")
-            outputs = self._predict_fn(batch)
+            outputs = predict_fn(batch)
             task_ids = outputs["task_id"].numpy()
             mine = {k: v.numpy() for k, v in outputs[task.name].items()}
             for i in np.flatnonzero(task_ids == task_index):  # padding rows dropped

@@ -133,7 +133,9 @@ class FeatureExtractor:
         self.tokenizer = tokenizer
         self.max_seq_length = min(max_seq_length, encoder.config.max_position_embeddings)
         self.batch_size = batch_size
-        self._forward = tf.function(self._layers, reduce_retracing=True)
+        # One trace for every batch length (and every evaluation that reuses this extractor).
+        ids_spec = tf.TensorSpec([None, None], tf.int32)
+        self._forward = tf.function(self._layers, input_signature=[ids_spec, ids_spec])
 
     def _layers(self, ids, mask):
         out = self.encoder(ids, mask, tf.zeros_like(ids), training=False)
@@ -235,44 +237,51 @@ def fit_linear_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarra
     order = np.concatenate([rng.permutation(len(y_train))[:per_epoch * batch_size]
                             for _ in range(epochs)])
     batches = tf.constant(order[:updates * batch_size].reshape(updates, batch_size), tf.int32)
-    w = tf.Variable(tf.zeros([xs.shape[1], num_classes]))
-    b = tf.Variable(tf.zeros([num_classes]))
-    optimizer = _Adam([w, b])
-
-    @tf.function
-    def fit():
-        for i in tf.range(updates):
-            rows = batches[i]
-            x, y = tf.gather(xs, rows), tf.gather(ys, rows)
-            with tf.GradientTape() as tape:
-                logits = tf.matmul(x, w) + b
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-                loss += 0.5 * l2 * tf.reduce_sum(w * w)
-            rate = learning_rate * (1.0 - tf.cast(i, tf.float32) / updates)
-            optimizer.apply(tape.gradient(loss, [w, b]), rate)
-
-    fit()
+    w, b = _fit(xs, ys, batches, tf.constant(num_classes), tf.constant(learning_rate, tf.float32),
+                tf.constant(l2, tf.float32))
     predicted = tf.argmax(tf.matmul(xt, w) + b, -1).numpy()
     return float((predicted == y_test).mean())
 
 
-class _Adam:
-    """Plain Adam with bias correction for the probe's two variables."""
+# Adam with bias correction (the probe's own optimizer).
+_BETA1, _BETA2, _EPSILON = 0.9, 0.999, 1e-8
 
-    def __init__(self, variables, beta1=0.9, beta2=0.999, epsilon=1e-8):
-        self.variables = variables
-        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self.m = [tf.Variable(tf.zeros_like(v)) for v in variables]
-        self.v = [tf.Variable(tf.zeros_like(v)) for v in variables]
-        self.t = tf.Variable(0.0)
 
-    def apply(self, grads, learning_rate):
-        self.t.assign_add(1.0)
-        scale = learning_rate * tf.sqrt(1 - self.beta2 ** self.t) / (1 - self.beta1 ** self.t)
-        for var, g, m, v in zip(self.variables, grads, self.m, self.v):
-            m.assign(self.beta1 * m + (1 - self.beta1) * g)
-            v.assign(self.beta2 * v + (1 - self.beta2) * g * g)
-            var.assign_sub(scale * m / (tf.sqrt(v) + self.epsilon))
+@tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32),
+                              tf.TensorSpec([None], tf.int32),
+                              tf.TensorSpec([None, None], tf.int32),
+                              tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
+                              tf.TensorSpec([], tf.float32)])
+def _fit(xs, ys, batches, num_classes, learning_rate, l2):
+    """Weights and bias of the probe after one Adam update per row of `batches` (row indices),
+    from zeros; the rate decays linearly to 0. Traced once per process: every probe, task and
+    evaluation of a run has another feature width, class count or row count, all dimensions
+    left open here."""
+    updates = tf.shape(batches)[0]
+    w = tf.zeros([tf.shape(xs)[1], num_classes])
+    b = tf.zeros([num_classes])
+
+    def body(i, params, m, v):
+        rows = batches[i]
+        x, y = tf.gather(xs, rows), tf.gather(ys, rows)
+        with tf.GradientTape() as tape:
+            tape.watch(params)
+            logits = tf.matmul(x, params[0]) + params[1]
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            loss += 0.5 * l2 * tf.reduce_sum(params[0] * params[0])
+        grads = tape.gradient(loss, params)
+        rate = learning_rate * (1.0 - tf.cast(i, tf.float32) / tf.cast(updates, tf.float32))
+        t = tf.cast(i + 1, tf.float32)
+        scale = rate * tf.sqrt(1 - _BETA2 ** t) / (1 - _BETA1 ** t)
+        m = [_BETA1 * mi + (1 - _BETA1) * g for mi, g in zip(m, grads)]
+        v = [_BETA2 * vi + (1 - _BETA2) * g * g for vi, g in zip(v, grads)]
+        params = [p - scale * mi / (tf.sqrt(vi) + _EPSILON) for p, mi, vi in zip(params, m, v)]
+        return i + 1, params, m, v
+
+    zeros = [tf.zeros_like(w), tf.zeros_like(b)]
+    _, params, _, _ = tf.while_loop(lambda i, *_: i < updates, body,
+                                    (tf.constant(0), [w, b], zeros, list(zeros)))
+    return params[0], params[1]
 
 
 def _label_ids(train_labels: list, test_labels: list) -> tuple[np.ndarray, np.ndarray, int]:

@@ -52,16 +52,22 @@ def _probe_tasks(probe_tasks: tuple, train_size: int) -> list:
     return [probing.load_task(name, path, train_size) for name, path in probe_tasks]
 
 
+@functools.lru_cache(maxsize=1)
+def _extractor(encoder, vocab_file: str, do_lower_case: bool,
+               max_seq_length: int) -> probing.FeatureExtractor:
+    """The probes' feature extractor, built (its forward pass traced) once per run, not per eval."""
+    tokenizer = tokenization.build_tokenizer(vocab_file=vocab_file, do_lower_case=do_lower_case)
+    return probing.FeatureExtractor(encoder, tokenizer, max_seq_length)
+
+
 def probe_metrics(config: PretrainingConfig, trainer: Trainer) -> dict:
     """{"probe/<task>/<feature>": accuracy} of linear probes on the discriminator's frozen
     features (model/probing.py); empty without probe_tasks."""
     if not config.probe_tasks:
         return {}
     tasks = _probe_tasks(tuple(sorted(config.probe_tasks.items())), config.probe_train_size)
-    tokenizer = tokenization.build_tokenizer(vocab_file=config.vocab_file,
-                                             do_lower_case=config.do_lower_case)
-    extractor = probing.FeatureExtractor(trainer.model.discriminator_encoder, tokenizer,
-                                         config.max_seq_length)
+    extractor = _extractor(trainer.model.discriminator_encoder, config.vocab_file,
+                           config.do_lower_case, config.max_seq_length)
     return {f"probe/{key}": value for key, value in probing.run_probes(extractor, tasks).items()}
 
 

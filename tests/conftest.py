@@ -73,6 +73,8 @@ SLOW_RUNS = {
     "test_cloud_storage.py::test_every_command_on_ram",
     "test_tagging.py::test_end_to_end_on_a_slice_of_the_shared_training_file",
     "test_run_finetuning.py::test_halted_trial_resumes_to_the_same_weights",
+    # Two trials trained and evaluated, cut and full: the equality of whole runs.
+    "test_bucketing.py::test_training_and_predictions_equal_full_padding",
 }
 
 
@@ -93,3 +95,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.module.__name__ not in slow_modules)  # stable: modules stay whole
+
+
+@pytest.fixture
+def instances_of(monkeypatch):
+    """instances_of(cls) -> a list that every instance of `cls` made afterwards in the test is
+    appended to (e.g. to read the trace counts of the tf.functions a run built)."""
+    def record(cls) -> list:
+        made, real_init = [], cls.__init__
+
+        def init(self, *args, **kwargs):
+            made.append(self)
+            real_init(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", init)
+        return made
+    return record

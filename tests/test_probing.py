@@ -11,6 +11,7 @@ import run_pretraining
 from configure_pretraining import PretrainingConfig
 from model import modeling, probing, tokenization
 from pretrain import evaluation
+from pretrain import trainer as pretrain_trainer
 from util import checkpoint
 from util.hparams import HParamError
 
@@ -183,7 +184,9 @@ def test_probe_tasks_hparam_is_checked_before_work_starts(tmp_path):
         PretrainingConfig.from_hparams("m", str(tmp_path), hparams)
 
 
-def test_pretraining_eval_reports_probes(tmp_path):
+def test_pretraining_eval_reports_probes(tmp_path, instances_of):
+    trainers = instances_of(pretrain_trainer.Trainer)
+    fits = probing._fit.experimental_get_tracing_count()
     data = fx.write_data(str(tmp_path / "data"))
     write_conll(tmp_path / "train.txt")
     write_sst(tmp_path / "sst")
@@ -199,6 +202,14 @@ def test_pretraining_eval_reports_probes(tmp_path):
                           evaluation.HISTORY_FILE).read_text())
     assert [h["global_step"] for h in history] == [2, 4]
     assert all("probe/sst/mean" in h for h in history)
+    # Traced once for the run, not per eval: the eval step, the probes' forward pass (over
+    # batches of several lengths) and their fit (8 fits of 2 feature kinds, 2 tasks, 2 evals).
+    assert len(trainers) == 1
+    assert trainers[0]._eval_step_fn.experimental_get_tracing_count() == 1
+    extractor = evaluation._extractor(trainers[0].model.discriminator_encoder, config.vocab_file,
+                                      config.do_lower_case, config.max_seq_length)
+    assert extractor._forward.experimental_get_tracing_count() == 1
+    assert probing._fit.experimental_get_tracing_count() - fits <= 1
     saved = json.loads(open(config.results_json).read())
     assert saved["probe/pos/mean"] == metrics["probe/pos/mean"]
 

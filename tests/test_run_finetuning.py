@@ -10,7 +10,10 @@ import build_pretraining_dataset
 import configure_finetuning
 import run_finetuning
 import run_pretraining
+from finetune import preprocessing
+from finetune import task_builder
 from finetune import trainer
+from finetune import trial_model
 from util import checkpoint
 from util import loss_scale, training_utils
 
@@ -38,10 +41,11 @@ def final_tensors(config, trial=1):
 
 def test_halted_trial_resumes_to_the_same_weights(tmp_path, monkeypatch):
     # 5 examples padded to 6, batch 2: 3 steps per epoch, 9 steps; checkpoints every 2 steps.
-    straight = fixture_config(tmp_path / "a", save_checkpoints_steps=2)
+    # Batches cut to length buckets of 4 (the fixture's sentences are shorter than 16).
+    straight = fixture_config(tmp_path / "a", save_checkpoints_steps=2, pad_to_multiple_of=4)
     run_finetuning.run_finetuning(straight)
 
-    halted = fixture_config(tmp_path / "b", save_checkpoints_steps=2)
+    halted = fixture_config(tmp_path / "b", save_checkpoints_steps=2, pad_to_multiple_of=4)
     real_check = training_utils.check_finite
 
     def crash_at_step_5(values, step, context=""):
@@ -98,9 +102,28 @@ def test_resuming_with_other_settings_is_refused_and_eval_only_runs(tmp_path):
         run_finetuning.run_finetuning(changed)
 
 
-def test_trials_median_and_finished_trials_are_reused(tmp_path, monkeypatch):
-    config = fixture_config(tmp_path, num_trials=3, keep_all_models=False, num_train_epochs=1.0)
+def test_trials_median_and_finished_trials_are_reused(tmp_path, monkeypatch, instances_of):
+    config = fixture_config(tmp_path, num_trials=3, keep_all_models=False, num_train_epochs=1.0,
+                            pad_to_multiple_of=4)
+    built = instances_of(trial_model.TrialModel)
     summary = run_finetuning.run_finetuning(config)
+    # One model, one trace of the training loop and one of the forward pass for 3 trials of
+    # 3 steps and 6 evaluations (2 tasks) over batches of several lengths.
+    assert len(built) == 1
+    assert built[0].engine._loop_fn.experimental_get_tracing_count() == 1
+    assert built[0].predict_fn(None).experimental_get_tracing_count() == 1
+    # The reused model, reset, trains trial 3 as a model built for it alone does.
+    fresh_config = fixture_config(tmp_path / "fresh", num_train_epochs=1.0, pad_to_multiple_of=4)
+    tasks = task_builder.get_tasks(fresh_config)
+    fresh = trainer.ModelRunner(fresh_config, tasks,
+                                preprocessing.Preprocessor(fresh_config, tasks), trial=3)
+    fresh.initialize()
+    fresh.train()
+    assert len(built) == 2
+    reused = final_tensors(config, trial=3)
+    for name, value in checkpoint.by_name(fresh.model.variables).items():
+        np.testing.assert_allclose(reused[name], value.numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
     assert [t["seed"] for t in summary["trials"]] == [0, 1, 2]
     accuracies = [t["results"]["sst"]["accuracy"] for t in summary["trials"]]
     assert summary["median"]["sst"]["accuracy"] == float(np.median(accuracies))

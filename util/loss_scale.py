@@ -15,6 +15,7 @@ class DynamicLossScale:
     """`<prefix>loss_scale` (float32) and `<prefix>loss_scale_good_steps` (int64) variables."""
 
     def __init__(self, prefix: str, initial: float = INITIAL_SCALE):
+        self.initial = initial
         agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
         with tf.name_scope(""):
             self.scale = tf.Variable(initial, trainable=False, dtype=tf.float32,
@@ -26,6 +27,11 @@ class DynamicLossScale:
     @property
     def variables(self) -> list[tf.Variable]:
         return [self.scale, self.good_steps]
+
+    def reset(self) -> None:
+        """The state of a new run."""
+        self.scale.assign(self.initial)
+        self.good_steps.assign(0)
 
     def update(self, finite: tf.Tensor) -> None:
         """After a step: halve on non-finite gradients, double after GROWTH_STEPS finite ones."""

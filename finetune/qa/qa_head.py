@@ -27,7 +27,9 @@ Variables, under task_specific/<task>/ and named as the official TF1 `tf.layers.
 The joint end scorer applies qa_hidden's kernel as two halves, [h_s ; h_e] W = h_s W_top +
 h_e W_bottom, so inference never materialises the [B, beam, L, 2H] concatenation (same math).
 As the official head, it has no dropout, and at inference with joint_prediction its
-`end_logits` output is zeros (the ends live in end_top_*).
+`end_logits` output is zeros (the ends live in end_top_*). A batch cut to a length bucket
+(finetune/bucketing.py) still gets max_seq_length-long start/end logits: the positions past its
+length read -1000, as masked positions (n-best search skips both).
 """
 from typing import Any
 
@@ -45,12 +47,15 @@ class QAHead(heads.TaskHead):
     """Start/end/answerability logits and losses for one QA task (see the module docstring)."""
 
     def __init__(self, task_name: str, bert_config: modeling.BertConfig, *, beam_size: int,
-                 joint_prediction: bool = True, answerable_classifier: bool = True,
+                 max_seq_length: int | None = None, joint_prediction: bool = True, answerable_classifier: bool = True,
                  answerable_uses_start_logits: bool = True, answerable_weight: float = 0.5,
                  seed: int = 0):
         super().__init__(task_name, bert_config, seed)
         h = bert_config.hidden_size
         self.beam_size = beam_size
+        # The length of the per-position outputs; batches may be shorter (length buckets,
+        # finetune/bucketing.py) but never shorter than min(beam_size, max_seq_length).
+        self.max_seq_length = max_seq_length
         self.joint_prediction = joint_prediction
         self.answerable_classifier = answerable_classifier
         self.answerable_uses_start_logits = answerable_uses_start_logits
@@ -89,8 +94,9 @@ class QAHead(heads.TaskHead):
         name = self.task_name
         hidden = tf.cast(encoder_output.sequence_output, tf.float32)  # [B, L, H]
         batch = tf.shape(hidden)[0]
-        seq_len = hidden.shape[1]
-        beam = min(self.beam_size, seq_len)
+        seq_len = tf.shape(hidden)[1]
+        full_len = self.max_seq_length or hidden.shape[1]
+        beam = min(self.beam_size, full_len)
         answer_mask = (tf.cast(features["input_mask"], tf.float32) *
                        tf.cast(features["segment_ids"], tf.float32) +
                        tf.one_hot(0, seq_len, dtype=tf.float32))  # [B, L]
@@ -114,15 +120,24 @@ class QAHead(heads.TaskHead):
                 beam_end_logits = self._joint_end_logits(starts, hidden) + penalty[:, None]
                 end_top_log_probs, end_top_index = tf.math.top_k(
                     tf.nn.log_softmax(beam_end_logits), k=beam)  # [B, K, K]
-                end_logits = tf.zeros_like(start_logits)
+                end_logits = None  # zeros over max_seq_length (as the official head)
         else:
             end_logits = tf.squeeze(self.end_dense(hidden), -1) + penalty
 
+        def full_length(logits):  # positions past the batch's length: masked as padding is
+            padded = tf.pad(logits, [[0, 0], [0, full_len - seq_len]],
+                            constant_values=-MASK_PENALTY)
+            return tf.reshape(padded, [-1, full_len])
+
         def nll(logits, positions):
-            return -tf.reduce_sum(tf.one_hot(positions, seq_len, dtype=tf.float32) *
+            return -tf.reduce_sum(tf.one_hot(positions, full_len, dtype=tf.float32) *
                                   tf.nn.log_softmax(logits), axis=-1)
 
-        losses = (nll(start_logits, start_positions) + nll(end_logits, end_positions)) / 2.0
+        # Losses and outputs over max_seq_length: the same values for a batch of any length.
+        full_start_logits = full_length(start_logits)
+        end_logits = (tf.zeros_like(full_start_logits) if end_logits is None
+                      else full_length(end_logits))
+        losses = (nll(full_start_logits, start_positions) + nll(end_logits, end_positions)) / 2.0
         answerable_logit = tf.zeros([batch])
         if self.answerable_classifier:
             reprs = hidden[:, 0]  # [CLS]
@@ -135,7 +150,7 @@ class QAHead(heads.TaskHead):
             losses += self.answerable_weight * tf.nn.sigmoid_cross_entropy_with_logits(
                 labels=labels, logits=answerable_logit)
 
-        outputs = dict(loss=losses, eid=features[f"{name}_eid"], start_logits=start_logits,
+        outputs = dict(loss=losses, eid=features[f"{name}_eid"], start_logits=full_start_logits,
                        end_logits=end_logits, answerable_logit=answerable_logit,
                        start_top_log_probs=start_top_log_probs, start_top_index=start_top_index,
                        end_top_log_probs=end_top_log_probs, end_top_index=end_top_index)

@@ -220,9 +220,14 @@ class QATask(task_lib.Task):
 
     # -- model ----------------------------------------------------------------------------------
 
+    def min_sequence_length(self) -> int:
+        # Inference keeps the beam_size best start and end positions of every row.
+        return self.config.beam_size
+
     def create_head(self, bert_config, seed=0) -> qa_head.QAHead:
         c = self.config
-        return qa_head.QAHead(self.name, bert_config, beam_size=c.beam_size,
+        return qa_head.QAHead(self.name, bert_config, max_seq_length=c.max_seq_length,
+                              beam_size=c.beam_size,
                               joint_prediction=c.joint_prediction,
                               answerable_classifier=c.answerable_classifier,
                               answerable_uses_start_logits=c.answerable_uses_start_logits,
