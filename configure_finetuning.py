@@ -97,6 +97,7 @@ class FinetuningConfig(HParams):
                              valid=Range(3))
     pad_to_multiple_of: int = hp(16, "pad each batch only to its longest example rounded up to a multiple of this (capped at max_seq_length), so a step sees a few lengths instead of always max_seq_length (use_xla compiles each length once: a larger multiple, fewer compiles); 0: pad every batch to max_seq_length, as the official release (docs/FIDELITY.md)",
                                  valid=NON_NEGATIVE)
+    remove_padding: bool = hp(True, "outside XLA, run the encoder's per-token work (projections, FFN, LayerNorm) on each batch's real tokens only, padding removed between the attentions: the same numbers up to float rounding (docs/FIDELITY.md); use_xla keeps the padded layout (static shapes), as do exported SavedModels")
     train_batch_size: int = hp(32, "global training batch size",
                                valid=AT_LEAST_ONE)
     eval_batch_size: int = hp(32, "evaluation batch size",

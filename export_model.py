@@ -323,7 +323,8 @@ def export_saved_model(md: model_dir_lib.ModelDir, output: str, overwrite: bool 
     from finetune import serving
 
     _check_output_apart_from_model(output, md)
-    config, tasks, model = serving.load_finetuned(md)
+    # The padded layout: static shapes for every consumer of a SavedModel (TPU, converters).
+    config, tasks, model = serving.load_finetuned(md, remove_padding=False)
     module = serving.ServingModule(model, tasks, config.max_seq_length)
     with atomic_output_dir(output, overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})

@@ -13,6 +13,7 @@ from finetune import task as task_lib
 from model import layers
 from model import modeling
 from util import checkpoint
+from util import distribution
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +23,21 @@ class FinetuningModel(tf.Module):
 
     def __init__(self, config: configure_finetuning.FinetuningConfig,
                  tasks: Sequence[task_lib.Task], seed: int = 0,
-                 bert_config: modeling.BertConfig | None = None):
+                 bert_config: modeling.BertConfig | None = None,
+                 remove_padding: bool | None = None):
+        """`remove_padding`: None follows the config (hparam remove_padding, off under XLA)."""
         super().__init__(name="finetuning_model")
         self.bert_config = bert_config or config.bert_config()
         if config.max_seq_length > self.bert_config.max_position_embeddings:
             raise ValueError(f"max_seq_length ({config.max_seq_length}) exceeds the model's "
                              f"max_position_embeddings ({self.bert_config.max_position_embeddings})")
         self.task_names = [t.name for t in tasks]
+        if remove_padding is None:  # XLA compiles static shapes; packed ones depend on the data
+            remove_padding = (config.remove_padding
+                              and not distribution.default_use_xla(config.use_xla))
         self.encoder = modeling.BertModel(self.bert_config, scope="electra",
-                                          compute_dtype=config.compute_dtype, seed=seed)
+                                          compute_dtype=config.compute_dtype, seed=seed,
+                                          remove_padding=remove_padding)
         self.heads = [t.create_head(self.bert_config, seed) for t in tasks]
 
     # Plain Python under any tf.function: no tensor-dependent control flow here or below (the

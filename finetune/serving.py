@@ -48,8 +48,9 @@ DROPPED_OUTPUTS = ("loss", "eid")
 POSITION_FEATURE_SUFFIX = "_labeled_positions"
 
 
-def load_finetuned(md: model_dir_lib.ModelDir):
-    """(config, tasks, model with the trial's weights) for a fine-tuning trial directory.
+def load_finetuned(md: model_dir_lib.ModelDir, remove_padding: bool | None = None):
+    """(config, tasks, model with the trial's weights) for a fine-tuning trial directory;
+    `remove_padding` None follows the trial's config (FinetuningModel).
 
     Raises:
       ValueError: not a trial directory, no vocabulary, or weights that do not fit.
@@ -68,7 +69,8 @@ def load_finetuned(md: model_dir_lib.ModelDir):
              else {"vocab_file": md.vocab_file})
     tokenizer = tokenization.build_tokenizer(**vocab, do_lower_case=config.do_lower_case)
     tasks = task_builder.get_tasks(config, tokenizer)
-    model = finetuning_model.FinetuningModel(config, tasks, bert_config=md.bert_config)
+    model = finetuning_model.FinetuningModel(config, tasks, bert_config=md.bert_config,
+                                             remove_padding=remove_padding)
     report = checkpoint.restore(checkpoint.by_name(model.variables), md.checkpoint)
     log.info("restored %d variables from %s (%d others, e.g. optimizer slots, ignored)",
              len(report.restored), report.path, len(report.unused))

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from model import layers
+from model import token_packing
 from util import io_utils
 from util.hparams import HParamError
 
@@ -211,11 +212,15 @@ class TransformerLayer(tf.Module):
         self.output_dense = layers.Dense(f, h, f"{scope}/output/dense", stddev=std, seed=seed)
         self.output_norm = layers.LayerNorm(h, f"{scope}/output/LayerNorm")
 
-    def __call__(self, x, attention_bias, *, batch_size, seq_len, training: bool, seeds):
-        """x: [B*L, H] (kept 2-D so every matmul is one large GEMM); attention_bias: [B, 1, 1, L]."""
+    def __call__(self, x, attention_bias, *, batch_size, seq_len, training: bool, seeds,
+                 packing: token_packing.Packing | None = None):
+        """x: [B*L, H] (kept 2-D so every matmul is one large GEMM), or with `packing` [T, H],
+        the real tokens only; attention_bias: [B, 1, 1, L]."""
         n, d = self.num_heads, self.head_size
 
-        def split_heads(t):  # [B*L, H] -> [B, N, L, d]
+        def split_heads(t):  # [B*L or T, H] -> [B, N, L, d]
+            if packing is not None:
+                t = token_packing.unpack(t, packing)
             return tf.transpose(tf.reshape(t, [batch_size, seq_len, n, d]), [0, 2, 1, 3])
 
         q = split_heads(self.query(x))
@@ -226,6 +231,8 @@ class TransformerLayer(tf.Module):
                                        seeds, training)
         context = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]),
                              [batch_size * seq_len, n * d])
+        if packing is not None:
+            context = token_packing.pack(context, packing)
         rate = self.config.hidden_dropout_prob
         x = layers.dropout_add_norm(self.attention_output(context), x, self.attention_norm, rate,
                                     seeds, training)
@@ -255,11 +262,13 @@ class BertModel(tf.Module):
 
     Pass `embeddings` to share an existing Embeddings module (ELECTRA's tied generator embeddings):
     the variables are then the same objects and are saved once, under their owner's scope.
+    `remove_padding`: the per-token work runs on the real tokens only (model/token_packing.py;
+    shapes then depend on the data, so not under XLA).
     """
 
     def __init__(self, config: BertConfig, scope: str = "electra",
                  embeddings: Embeddings | None = None, compute_dtype: str = "float32",
-                 seed: int = 0, recompute_grad: bool = False):
+                 seed: int = 0, recompute_grad: bool = False, remove_padding: bool = False):
         super().__init__(name=scope)
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"unknown compute dtype {compute_dtype!r}; expected one of "
@@ -269,6 +278,7 @@ class BertModel(tf.Module):
         self.dtype = COMPUTE_DTYPES[compute_dtype]
         # Training keeps only each layer's input; the backward pass recomputes the rest.
         self.recompute_grad = recompute_grad
+        self.remove_padding = remove_padding
         self.embeddings = embeddings if embeddings is not None else Embeddings(config, scope, seed)
         embedding_size = self.embeddings.config.embedding_size
         self.embeddings_project = None
@@ -290,11 +300,21 @@ class BertModel(tf.Module):
         batch_size, seq_len = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
         x = self.embeddings(input_ids, token_type_ids, training=training, seeds=seeds,
                             dtype=self.dtype, inputs_embeds=inputs_embeds)
+        hidden = self.config.hidden_size
+        x = tf.reshape(x, [batch_size * seq_len, x.shape[-1]])
+        packing = token_packing.plan(input_mask) if self.remove_padding else None
+
+        def padded(t):  # a layer's output, [B*L or T, H] -> [B, L, H]
+            if packing is not None:
+                t = token_packing.unpack(t, packing)
+            return tf.reshape(t, [batch_size, seq_len, hidden])
+
+        if packing is not None:
+            x = token_packing.pack(x, packing)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        embedding_output = x
+        embedding_output = padded(x)
         attention_bias = self.attention_bias(input_mask, seq_len)
-        x = tf.reshape(x, [batch_size * seq_len, self.config.hidden_size])
         outputs = []
         for layer in self.layers:
             # The layer's dropout seeds are drawn here, outside the layer: a recomputation in the
@@ -304,13 +324,14 @@ class BertModel(tf.Module):
 
             def run(h, bias, layer=layer, layer_seeds=layer_seeds):
                 return layer(h, bias, batch_size=batch_size, seq_len=seq_len, training=training,
-                             seeds=_FixedSeeds(layer_seeds) if training else None)
+                             seeds=_FixedSeeds(layer_seeds) if training else None,
+                             packing=packing)
 
             if training and self.recompute_grad:
                 x = tf.recompute_grad(run)(x, attention_bias)
             else:
                 x = run(x, attention_bias)
-            outputs.append(tf.reshape(x, [batch_size, seq_len, self.config.hidden_size]))
+            outputs.append(padded(x))
         sequence_output = outputs[-1]
         return EncoderOutput(sequence_output, sequence_output[:, 0], outputs, embedding_output)
 

@@ -64,26 +64,33 @@ def random_batch(specs, n_tasks, rows, max_len, rng):
             for k, v in batch.items()}
 
 
-def test_every_head_gives_full_paddings_outputs_loss_and_gradients(tmp_path):
-    """Classification, regression, tagging and QA heads on one batch: cut (length 32 of 64) and
-    full, the same loss (eval and training without dropout), gradients and outputs (QA's
-    per-position logits compared where the batch has positions, masked beyond)."""
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_every_head_gives_full_paddings_outputs_loss_and_gradients(tmp_path, remove_padding):
+    """Classification, regression, tagging and QA heads on one batch: cut (length 32 of 64),
+    with the padding left in or removed (model/token_packing.py), against full padding: the same
+    loss (eval and training without dropout), gradients and outputs (QA's per-position logits
+    compared where the batch has positions, masked beyond)."""
     config = test_finetune_data.make_config(
         tmp_path, ["sst", "sts", "chunk", "squadv1"], max_seq_length=64, beam_size=5,
         model_hparam_overrides=dict(test_tagging.TINY, **NO_DROPOUT), embedding_size=16,
         pad_to_multiple_of=16)
     tasks = task_builder.get_tasks(config)
-    model = finetuning_model.FinetuningModel(config, tasks, seed=1)
+    reference = finetuning_model.FinetuningModel(config, tasks, seed=1, remove_padding=False)
+    model = finetuning_model.FinetuningModel(config, tasks, seed=1, remove_padding=remove_padding)
+    assert model.encoder.remove_padding == remove_padding
     preprocessor = preprocessing.Preprocessor(config, tasks)
     full = random_batch(preprocessor.feature_specs, len(tasks), 10, 64, np.random.default_rng(0))
     cut = preprocessor.trimmer(full)
     assert cut["input_ids"].shape[1] == 32
-    (loss_full, out_full), (loss_cut, out_cut) = [model(b, training=False) for b in (full, cut)]
+    (loss_full, out_full), (loss_cut, out_cut) = [m(b, training=False)
+                                                  for m, b in ((reference, full), (model, cut))]
     np.testing.assert_allclose(loss_cut.numpy(), loss_full.numpy(), rtol=1e-5)
     with tf.GradientTape(persistent=True) as tape:
-        losses = [model(b, training=True, seed=tf.constant([1, 2]))[0] for b in (full, cut)]
+        losses = [m(b, training=True, seed=tf.constant([1, 2]))[0]
+                  for m, b in ((reference, full), (model, cut))]
     np.testing.assert_allclose(losses[1].numpy(), losses[0].numpy(), rtol=1e-5)
-    grads = [tape.gradient(loss, model.trainable_variables) for loss in losses]
+    grads = [tape.gradient(loss, m.trainable_variables)
+             for m, loss in zip((reference, model), losses)]
     for g_full, g_cut in zip(*grads):
         np.testing.assert_allclose(tf.convert_to_tensor(g_cut).numpy(),
                                    tf.convert_to_tensor(g_full).numpy(), rtol=1e-4, atol=1e-6)
@@ -102,6 +109,11 @@ def test_every_head_gives_full_paddings_outputs_loss_and_gradients(tmp_path):
             if name == "start_logits":
                 assert (got[:, 32:] <= -MASK).all()  # masked beyond the batch's length
             got, want = got[:, :32], want[:, :32]
+            # Masked positions hold about -1000 plus what the encoder left at padding (the
+            # padded layout's leftovers, zeros with the padding removed): open positions agree.
+            open_positions = want > -MASK / 2
+            np.testing.assert_array_equal(got > -MASK / 2, open_positions, err_msg=name)
+            got, want = got[open_positions], want[open_positions]
         elif name.startswith("start_top"):
             got, want = got[start_real], want[start_real]
         elif name.startswith("end_top"):
@@ -114,8 +126,11 @@ def test_every_head_gives_full_paddings_outputs_loss_and_gradients(tmp_path):
 
 
 def make_runner(root, multiple, trial=1):
+    """Full padding (multiple 0) as the official release lays it out; buckets with the padding
+    removed inside the encoder, as by default."""
     config = test_tagging.make_config(
-        root, pad_to_multiple_of=multiple, max_seq_length=32, train_batch_size=2,
+        root, pad_to_multiple_of=multiple, remove_padding=multiple > 0, max_seq_length=32,
+        train_batch_size=2,
         eval_batch_size=2, num_train_epochs=2.0, learning_rate=1e-3,
         model_hparam_overrides=dict(test_tagging.TINY, **NO_DROPOUT),
         model_dir=str(root / f"model_{multiple}"), results_txt=str(root / "r" / "results.txt"),
@@ -128,9 +143,11 @@ def make_runner(root, multiple, trial=1):
 
 
 def test_training_and_predictions_equal_full_padding(tmp_path):
-    """A chunking trial trained and evaluated with buckets of 8 and with full padding (32): the
-    same batches, weights and per-word predictions, up to float rounding."""
+    """A chunking trial trained and evaluated with buckets of 8 (padding removed in the encoder)
+    and with full padding (32) in the padded layout: the same batches, weights and per-word
+    predictions, up to float rounding."""
     runners = {m: make_runner(tmp_path, m) for m in (0, 8)}
+    assert [r.model.encoder.remove_padding for r in runners.values()] == [False, True]
     data = runners[8].train_data
     cut = runners[8].preprocessor.train_dataset(data, seed=1, epoch=0)
     full = runners[0].preprocessor.train_dataset(runners[0].train_data, seed=1, epoch=0)

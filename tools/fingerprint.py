@@ -93,9 +93,10 @@ def finetune_fingerprint(work: str, name: str, hparams: dict) -> dict:
                   learning_rate=1e-3, adam_bias_correction=True, max_train_examples=24,
                   max_eval_examples=16,
                   # Full padding, as when the record was taken: batches cut to length buckets
-                  # draw their dropout masks for another shape (tests/test_bucketing.py checks
-                  # that buckets otherwise compute what full padding does).
-                  pad_to_multiple_of=0)
+                  # or packed to their real tokens draw their dropout masks for another shape
+                  # (tests/test_bucketing.py checks that both otherwise compute what full
+                  # padding does).
+                  pad_to_multiple_of=0, remove_padding=False)
     values.update(hparams)
     config = configure_finetuning.FinetuningConfig.from_hparams("m", os.path.join(work, name),
                                                                 values)
