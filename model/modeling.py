@@ -220,7 +220,7 @@ class TransformerLayer(tf.Module):
 
         def split_heads(t):  # [B*L or T, H] -> [B, N, L, d]
             if packing is not None:
-                t = token_packing.unpack(t, packing)
+                return token_packing.to_heads(t, packing)
             return tf.transpose(tf.reshape(t, [batch_size, seq_len, n, d]), [0, 2, 1, 3])
 
         q = split_heads(self.query(x))
@@ -229,10 +229,11 @@ class TransformerLayer(tf.Module):
         probs = layers.attention_probs(tf.matmul(q, k, transpose_b=True), attention_bias,
                                        1.0 / d ** 0.5, self.config.attention_probs_dropout_prob,
                                        seeds, training)
-        context = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]),
-                             [batch_size * seq_len, n * d])
         if packing is not None:
-            context = token_packing.pack(context, packing)
+            context = token_packing.from_heads(tf.matmul(probs, v), packing)
+        else:
+            context = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]),
+                                 [batch_size * seq_len, n * d])
         rate = self.config.hidden_dropout_prob
         x = layers.dropout_add_norm(self.attention_output(context), x, self.attention_norm, rate,
                                     seeds, training)
@@ -302,7 +303,8 @@ class BertModel(tf.Module):
                             dtype=self.dtype, inputs_embeds=inputs_embeds)
         hidden = self.config.hidden_size
         x = tf.reshape(x, [batch_size * seq_len, x.shape[-1]])
-        packing = token_packing.plan(input_mask) if self.remove_padding else None
+        packing = (token_packing.plan(input_mask, self.config.num_attention_heads)
+                   if self.remove_padding else None)
 
         def padded(t):  # a layer's output, [B*L or T, H] -> [B, L, H]
             if packing is not None:

@@ -13,18 +13,45 @@ CONFIG = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_
 
 def test_plan_packs_real_tokens_in_order_and_unpacks_them_to_their_positions():
     mask = tf.constant([[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0]])
-    packing = token_packing.plan(mask, multiple=4)
+    packing = token_packing.plan(mask, num_heads=2, multiple=4)
     # 5 real tokens at flat positions 0, 1, 8, 9, 10; rounded up to 8 rows, fillers point at 12.
     assert packing.rows.numpy().tolist() == [0, 1, 8, 9, 10, 12, 12, 12]
     assert packing.positions.numpy().tolist() == [0, 1, 8, 8, 8, 8, 8, 8, 2, 3, 4, 8]
     x = tf.reshape(tf.range(1, 13, dtype=tf.float32), [12, 1])
-    packed = token_packing.pack(x, packing)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        packed = token_packing.pack(x, packing)
+        back = token_packing.unpack(packed, packing)
+        weighted = packed * tf.range(1.0, 9.0)[:, tf.newaxis]
     assert packed.numpy()[:, 0].tolist() == [1, 2, 9, 10, 11, 0, 0, 0]
-    back = token_packing.unpack(packed, packing)
-    np.testing.assert_array_equal(back.numpy()[:, 0],
-                                  x.numpy()[:, 0] * tf.reshape(mask, [-1]).numpy())
-    empty = token_packing.plan(tf.zeros([2, 3], tf.int32), multiple=4)
+    real = tf.reshape(mask, [-1]).numpy()
+    np.testing.assert_array_equal(back.numpy()[:, 0], x.numpy()[:, 0] * real)
+    # Gradients are the opposite moves: what reaches padding or a filler row is dropped.
+    assert tape.gradient(weighted, x).numpy()[:, 0].tolist() == [
+        1, 2, 0, 0, 0, 0, 0, 0, 3, 4, 5, 0]
+    np.testing.assert_array_equal(tape.gradient(back, x).numpy()[:, 0], real)
+    empty = token_packing.plan(tf.zeros([2, 3], tf.int32), num_heads=1, multiple=4)
     assert empty.rows.numpy().tolist() == [6] * 4  # one block of fillers, never zero rows
+
+
+def test_heads_layout_equals_the_padded_split_and_merge_of_heads():
+    mask = tf.constant([[1, 1, 1, 0], [1, 0, 0, 0]])
+    n, d = 2, 3
+    packing = token_packing.plan(mask, num_heads=n, multiple=8)
+    flat = tf.random.stateless_normal([8, n * d], seed=[1, 2])  # [B*L, H], padded layout
+    padded_heads = tf.transpose(tf.reshape(flat, [2, 4, n, d]), [0, 2, 1, 3])
+    real = tf.cast(mask, tf.float32)[:, tf.newaxis, :, tf.newaxis]
+    with tf.GradientTape(persistent=True) as tape:
+        packed = token_packing.pack(flat, packing)
+        tape.watch(packed)
+        heads = token_packing.to_heads(packed, packing)
+        tape.watch(heads)
+        merged = token_packing.from_heads(heads, packing)
+    np.testing.assert_array_equal(heads.numpy(), (padded_heads * real).numpy())
+    np.testing.assert_array_equal(merged.numpy(), packed.numpy())
+    np.testing.assert_array_equal(tape.gradient(heads, packed).numpy()[:4], np.ones([4, n * d]))
+    np.testing.assert_array_equal(tape.gradient(merged, heads).numpy(),
+                                  np.broadcast_to(real.numpy(), heads.shape))
 
 
 def batch(rows=7, length=20, seed=0):
