@@ -15,6 +15,7 @@ the all-reduce, the finite check, the update, the loop) from util/step_engine.py
 its optimizer and their traced functions live in finetune/trial_model.py, shared by the trials
 of a run.
 """
+import collections
 import logging
 import math
 import os
@@ -208,6 +209,7 @@ class ModelRunner:
         # Host round trips per epoch: enough for a smooth bar, few enough to cost nothing.
         block = max(1, min(config.iterations_per_loop, max(1, steps_per_epoch // 50)))
         saved_step, last_save_time = step, time.time()  # the state at `step` is on disk
+        shapes = collections.Counter()  # rows, positions and real tokens of the steps run here
         try:
             while step < self.train_steps:
                 epoch = step // steps_per_epoch
@@ -227,6 +229,7 @@ class ModelRunner:
                     steps = self.engine.run(iterator, n, preemption.deadline(
                         last_save_time, config.save_checkpoints_secs))
                     step, n = self.global_step, steps.ran
+                    shapes.update({k: float(steps.sums[k]) for k in trial_model.METRICS[1:]})
                     values, checked_step = self._block_values(steps)
                     try:
                         training_utils.check_finite(values, checked_step, f" (trial {self.trial})")
@@ -252,6 +255,12 @@ class ModelRunner:
                     saved_step, last_save_time = step, time.time()
         finally:
             summaries.close()
+        if shapes["rows"]:
+            log.info("trial %d: mean padded length %.1f positions per row, %.1f of them real "
+                     "tokens%s", self.trial, shapes["positions"] / shapes["rows"],
+                     shapes["real_tokens"] / shapes["rows"],
+                     " (the encoder's per-token work ran on the real ones)"
+                     if self.model.encoder.remove_padding else "")
 
     def _block_values(self, steps: step_engine.Steps) -> tuple[dict[str, float], int]:
         """The logged values of a block of steps and the step they describe: the block's mean

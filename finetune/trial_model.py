@@ -27,6 +27,9 @@ from util import step_engine
 log = logging.getLogger(__name__)
 
 STATE_PREFIX = "finetune_state/"
+# Summed over a block of steps: the loss, and the rows, padded positions and real tokens the
+# encoder saw (the trainer logs the mean padded length).
+METRICS = ("loss", "rows", "positions", "real_tokens")
 
 
 class TrialModel:
@@ -58,7 +61,7 @@ class TrialModel:
                     official_layerwise=config.layerwise_lr_decay_official)
                 self.engine = step_engine.StepEngine(
                     strategy, self.optimizer, self.model.trainable_variables,
-                    inputs_fn=self._step_inputs, loss_fn=self._loss, metric_names=("loss",),
+                    inputs_fn=self._step_inputs, loss_fn=self._loss, metric_names=METRICS,
                     float16=self.float16, state_prefix=STATE_PREFIX, use_xla=self.use_xla,
                     mean_over_replicas=not config.clip_per_replica, count_skipped_steps=True,
                     clip_per_replica=config.clip_norm if config.clip_per_replica else None)
@@ -95,7 +98,10 @@ class TrialModel:
 
     def _loss(self, features, micro_batch, seed, percent_done):
         loss, _ = self.model(features, training=True, seed=seed, percent_done=percent_done)
-        return loss, tf.reshape(loss, [1])
+        mask = features["input_mask"]
+        sizes = tf.cast(tf.stack([tf.shape(mask)[0], tf.size(mask), tf.reduce_sum(mask)]),
+                        tf.float32)
+        return loss, tf.concat([tf.reshape(loss, [1]), sizes], 0)
 
     # -- inference --------------------------------------------------------------------------------
 

@@ -176,8 +176,9 @@ class Embeddings(tf.Module):
         self.layer_norm = layers.LayerNorm(e, f"{prefix}/LayerNorm")
 
     def __call__(self, input_ids, token_type_ids, *, training: bool, seeds, dtype=tf.float32,
-                 inputs_embeds=None):
-        """input_ids, token_type_ids: int32 [B, L] -> [B, L, E] in `dtype`.
+                 inputs_embeds=None, packing: token_packing.Packing | None = None):
+        """input_ids, token_type_ids: int32 [B, L] -> [B, L, E] in `dtype`, or with `packing`
+        [T, E], the real tokens only.
 
         `inputs_embeds` ([B, L, E]) replaces the word-embedding lookup when given.
         """
@@ -186,6 +187,8 @@ class Embeddings(tf.Module):
         x = (tf.cast(words, tf.float32)
              + tf.gather(self.token_type_embeddings, token_type_ids)
              + self.position_embeddings[tf.newaxis, :seq_len])
+        if packing is not None:
+            x = token_packing.pack(tf.reshape(x, [-1, x.shape[-1]]), packing)
         x = tf.cast(self.layer_norm(x), dtype)
         return layers.dropout(x, self.config.hidden_dropout_prob, seeds, training)
 
@@ -299,20 +302,18 @@ class BertModel(tf.Module):
         """input_ids, input_mask, token_type_ids: int32 [B, L]; seed: int [2] (needed if training)."""
         seeds = layers.SeedStream(seed) if training else None
         batch_size, seq_len = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
-        x = self.embeddings(input_ids, token_type_ids, training=training, seeds=seeds,
-                            dtype=self.dtype, inputs_embeds=inputs_embeds)
-        hidden = self.config.hidden_size
-        x = tf.reshape(x, [batch_size * seq_len, x.shape[-1]])
         packing = (token_packing.plan(input_mask, self.config.num_attention_heads)
                    if self.remove_padding else None)
+        x = self.embeddings(input_ids, token_type_ids, training=training, seeds=seeds,
+                            dtype=self.dtype, inputs_embeds=inputs_embeds, packing=packing)
+        hidden = self.config.hidden_size
+        x = tf.reshape(x, [-1, x.shape[-1]])  # [B*L or T, E]
 
         def padded(t):  # a layer's output, [B*L or T, H] -> [B, L, H]
             if packing is not None:
                 t = token_packing.unpack(t, packing)
             return tf.reshape(t, [batch_size, seq_len, hidden])
 
-        if packing is not None:
-            x = token_packing.pack(x, packing)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
         embedding_output = padded(x)
