@@ -18,7 +18,6 @@ and exits 75 (0 done, 2 bad input, 3 diverged).
 import argparse
 import logging
 import os
-import sys
 from typing import Any
 
 from util import console  # first: keeps TensorFlow's start-up lines off the console
@@ -341,7 +340,6 @@ Task data: <data-dir>/finetuning_data/<task>/. Every hparam: docs/HPARAMS.md."""
 
 
 if __name__ == "__main__":
-    status = main()
-    if status == preemption.EXIT_PREEMPTED:
-        preemption.exit_now(status)  # within the grace period: skip the interpreter's teardown
-    sys.exit(status)
+    # Everything the run keeps is written and closed by now: skip the interpreter's teardown of
+    # TensorFlow (about a second; a preempted run may not have it within its grace period).
+    preemption.exit_now(main())

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import os
-import sys
 
 from util import console  # first: keeps TensorFlow's start-up lines off the console
 
@@ -190,7 +189,6 @@ Re-running a command resumes it. Every hparam: docs/HPARAMS.md.""")
 
 
 if __name__ == "__main__":
-    status = main()
-    if status == preemption.EXIT_PREEMPTED:
-        preemption.exit_now(status)  # within the grace period: skip the interpreter's teardown
-    sys.exit(status)
+    # Everything the run keeps is written and closed by now: skip the interpreter's teardown of
+    # TensorFlow (about a second; a preempted run may not have it within its grace period).
+    preemption.exit_now(main())

@@ -237,9 +237,10 @@ def deadline(last_save: float, every_secs: float) -> float:
 
 
 def exit_now(status: int) -> None:
-    """Ends a preempted process without the interpreter's teardown: destroying TensorFlow's
-    runtime took 1-4 s here, time the grace period may not have. Everything a run keeps was
-    already written (atomically) and its files closed; logs are flushed first."""
+    """Ends a training process without the interpreter's teardown: destroying TensorFlow's
+    runtime took 1-4 s here, time a preempted run's grace period may not have and a finished
+    run's user waits for. Everything a run keeps was already written (atomically) and its files
+    closed; logs are flushed first."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
