@@ -54,7 +54,12 @@ def main() -> None:
                         help="eval_batch_size (the hparam's default: 128)")
     parser.add_argument("--evals", type=int, default=3, help="periodic evals timed in a row")
     parser.add_argument("--work", default=None, help="work directory (default: a temp dir)")
+    parser.add_argument("--no-graph-rewrites", action="store_true",
+                        help="run the graphs without Grappler's rewrites (as fine-tuning does)")
     args = parser.parse_args()
+    if args.no_graph_rewrites:
+        import tensorflow as tf
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     import shutil
     import tempfile
     work = args.work or tempfile.mkdtemp(prefix="pretrain_overheads_")

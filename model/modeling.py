@@ -307,7 +307,6 @@ class BertModel(tf.Module):
         x = self.embeddings(input_ids, token_type_ids, training=training, seeds=seeds,
                             dtype=self.dtype, inputs_embeds=inputs_embeds, packing=packing)
         hidden = self.config.hidden_size
-        x = tf.reshape(x, [-1, x.shape[-1]])  # [B*L or T, E]
 
         def padded(t):  # a layer's output, [B*L or T, H] -> [B, L, H]
             if packing is not None:
@@ -315,8 +314,12 @@ class BertModel(tf.Module):
             return tf.reshape(t, [batch_size, seq_len, hidden])
 
         if self.embeddings_project is not None:
-            x = self.embeddings_project(x)
-        embedding_output = padded(x)
+            x = self.embeddings_project(x)  # [B, L, H] or packed [T, H]
+        if packing is None:
+            embedding_output = x
+            x = tf.reshape(x, [batch_size * seq_len, hidden])
+        else:
+            embedding_output = padded(x)
         attention_bias = self.attention_bias(input_mask, seq_len)
         outputs = []
         for layer in self.layers:

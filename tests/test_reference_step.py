@@ -269,7 +269,11 @@ def finetuning(tmp_path_factory):
     config = make_config(tmp_path_factory.mktemp("finetune"), [t for t, _ in FINETUNE_TASKS],
                          model_hparam_overrides=ARCH, embedding_size=12, beam_size=BEAM,
                          train_batch_size=4, learning_rate=2e-3, num_train_epochs=3.0,
-                         weight_decay_rate=0.5)  # large: its effect shows in two steps
+                         weight_decay_rate=0.5,  # large: its effect shows in two steps
+                         # The official layout, padding computed on: QA's masked positions then
+                         # hold the official values. Removing padding changes only those
+                         # (tests/test_bucketing.py compares every head both ways).
+                         remove_padding=False)
     tasks = task_builder.get_tasks(config)
     preprocessor = types.SimpleNamespace(
         prepare_train=lambda: types.SimpleNamespace(steps_per_epoch=4))  # 12 steps
