@@ -27,11 +27,18 @@ import common  # noqa: E402
 VOCAB_FILE = os.path.join(common.SHARED, "data", "vocab", "bert-uncased-vocab.txt")
 SOURCES = {"sst": os.path.join(common.SHARED, "data", "glue", "SST-2", "train.tsv"),
            "chunk": os.path.join(common.SHARED, "data", "chunk", "train.txt")}
-# name -> (hparams, graph rewrites on)
+# Grappler's passes but its oneDNN fusions (MatMul + BiasAdd + activation) switched off.
+REMAP_ONLY = {name: False for name in (
+    "layout_optimizer", "constant_folding", "shape_optimization", "arithmetic_optimization",
+    "dependency_optimization", "loop_optimization", "function_optimization", "debug_stripper",
+    "scoped_allocator_optimization", "pin_to_host_optimization", "implementation_selector",
+    "auto_mixed_precision")}
+# name -> (hparams, tf.config.optimizer options: None = TensorFlow's defaults)
 VARIANTS = {
-    "padded": ({"remove_padding": False}, True),
-    "packed": ({"remove_padding": True}, True),
-    "packed_no_rewrites": ({"remove_padding": True}, False),
+    "padded": ({"remove_padding": False}, None),
+    "packed": ({"remove_padding": True}, None),
+    "packed_no_rewrites": ({"remove_padding": True}, {"disable_meta_optimizer": True}),
+    "packed_remap_only": ({"remove_padding": True}, REMAP_ONLY),
 }
 
 
@@ -57,9 +64,9 @@ def child(args) -> None:
     from finetune.trainer import ModelRunner
     import finetune_throughput as ft
 
-    hparams, rewrites = VARIANTS[args.variant]
-    if not rewrites:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    hparams, options = VARIANTS[args.variant]
+    if options:
+        tf.config.optimizer.set_experimental_options(options)
     lengths = np.array(sentence_lengths(args.task, args.rows, args.max_len))
     rng = np.random.default_rng(0)
     batches = []
