@@ -80,7 +80,7 @@ SLOW_RUNS = {
 
 # Module fixtures that only write a little data: cheaper to build once per worker than to tie
 # every test reading them to one worker.
-CHEAP_MODULE_FIXTURES = {"data_dir", "repetitive_data"}
+CHEAP_MODULE_FIXTURES = {"data_dir", "repetitive_data", "real_text_data"}
 
 
 def _module_fixtures(item) -> set:
