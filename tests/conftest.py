@@ -78,9 +78,41 @@ SLOW_RUNS = {
 }
 
 
-def _shares_a_module_fixture(item) -> bool:
-    return any(defs[-1].scope in ("module", "class", "package")
-               for defs in item._fixtureinfo.name2fixturedefs.values())
+# Module fixtures that only write a little data: cheaper to build once per worker than to tie
+# every test reading them to one worker.
+CHEAP_MODULE_FIXTURES = {"data_dir", "repetitive_data", "real_text_data"}
+
+
+def _module_fixtures(item) -> set:
+    """The names of the module-, class- or package-scoped fixtures a test reads (directly or
+    through other fixtures), leaving out the cheap ones."""
+    return {name for name, defs in item._fixtureinfo.name2fixturedefs.items()
+            if defs[-1].scope in ("module", "class", "package")
+            and name not in CHEAP_MODULE_FIXTURES}
+
+
+def _run_groups(items) -> dict:
+    """Test -> its xdist group: the tests of a module that share a module-scoped run, joined
+    through any fixture they have in common (so the run is built once), and no more: two runs of
+    one module that no test reads together go to separate groups, which two workers can take."""
+    parent = {}
+
+    def root(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    fixtures = {item: _module_fixtures(item) for item in items}
+    for item, names in fixtures.items():
+        keys = [(item.module.__name__, name) for name in sorted(names)]
+        for key in keys[1:]:
+            parent[root(key)] = root(keys[0])
+    groups = {}
+    for item, names in fixtures.items():
+        if names:
+            module, name = root((item.module.__name__, min(names)))
+            groups[item] = f"{module}:{name}"
+    return groups
 
 
 def pytest_collection_modifyitems(config, items):
@@ -91,8 +123,8 @@ def pytest_collection_modifyitems(config, items):
         test_id = item.nodeid.split("tests/", 1)[-1].split("[", 1)[0]
         if test_id in SLOW_RUNS or test_id.split("::")[0] in SLOW_RUNS:
             item.add_marker(pytest.mark.slow)
-        if _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    for item, group in _run_groups(items).items():
+        item.add_marker(pytest.mark.xdist_group(group))
     slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.module.__name__ not in slow_modules)  # stable: modules stay whole
 
