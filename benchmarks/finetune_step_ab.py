@@ -23,8 +23,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import finetune_throughput as ft  # noqa: E402
 
-VOCAB_FILE = os.path.join(common.SHARED, "data", "vocab", "bert-uncased-vocab.txt")
 SOURCES = {"sst": os.path.join(common.SHARED, "data", "glue", "SST-2", "train.tsv"),
            "chunk": os.path.join(common.SHARED, "data", "chunk", "train.txt")}
 # Grappler's passes but its oneDNN fusions (MatMul + BiasAdd + activation) switched off.
@@ -45,7 +45,7 @@ VARIANTS = {
 def sentence_lengths(task: str, rows: int, max_len: int) -> list[int]:
     """WordPiece lengths with [CLS] and [SEP] of the first `rows` training sentences."""
     from model import tokenization
-    tokenizer = tokenization.FullTokenizer(VOCAB_FILE, do_lower_case=True)
+    tokenizer = tokenization.FullTokenizer(ft.VOCAB_FILE, do_lower_case=True)
     with open(SOURCES[task], encoding="utf-8") as f:
         if task == "sst":
             sentences = [line.split("\t")[0] for line in f.read().splitlines()[1:rows + 1]]
@@ -59,10 +59,8 @@ def child(args) -> None:
     """One variant in this process: prints one JSON line."""
     import numpy as np
     import tensorflow as tf
-    import configure_finetuning
     from finetune import task_builder
     from finetune.trainer import ModelRunner
-    import finetune_throughput as ft
 
     hparams, options = VARIANTS[args.variant]
     if options:
@@ -83,12 +81,8 @@ def child(args) -> None:
             for k, v in batches[0].items()}
     dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
     iterator = iter(dataset.repeat())
-    work = tempfile.mkdtemp(prefix="finetune_step_ab_")
-    config = configure_finetuning.FinetuningConfig.from_hparams("bench", work, dict(
-        model_size="small", task_names=["sst"], vocab_file=VOCAB_FILE, vocab_size=30522,
-        init_checkpoint="", train_batch_size=args.batch, max_seq_length=args.max_len,
-        compute_dtype=args.dtype, use_xla=False, model_dir=os.path.join(work, "model"),
-        **hparams))
+    config = ft.finetune_config(tempfile.mkdtemp(prefix="finetune_step_ab_"), "small",
+                                args.batch, args.max_len, args.dtype, False, **hparams)
     runner = ModelRunner(config, task_builder.get_tasks(config), ft.StubPreprocessor(args.batch),
                          trial=1)
     start = time.perf_counter()

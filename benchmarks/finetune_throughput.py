@@ -30,12 +30,14 @@ VOCAB_FILE = os.path.join(common.SHARED, "data", "vocab", "bert-uncased-vocab.tx
 TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
 
 
-def finetune_config(work: str, size: str, batch: int, seq: int, dtype: str, xla: bool):
+def finetune_config(work: str, size: str, batch: int, seq: int, dtype: str, xla: bool,
+                    **extra):
+    """SST-2's fine-tuning config at this size and shape; `extra`: more hparams."""
     import configure_finetuning
     hparams = dict(model_size="base" if size == "base" else "small", task_names=["sst"],
                    vocab_file=VOCAB_FILE, vocab_size=30522, init_checkpoint="",
                    train_batch_size=batch, max_seq_length=seq, compute_dtype=dtype,
-                   use_xla=xla, model_dir=os.path.join(work, f"model_{dtype}_{xla}"))
+                   use_xla=xla, model_dir=os.path.join(work, f"model_{dtype}_{xla}"), **extra)
     if size == "tiny":
         hparams.update(embedding_size=128, model_hparam_overrides=dict(TINY))
     return configure_finetuning.FinetuningConfig.from_hparams("bench", work, hparams)

@@ -315,11 +315,9 @@ class BertModel(tf.Module):
 
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)  # [B, L, H] or packed [T, H]
+        embedding_output = padded(x)
         if packing is None:
-            embedding_output = x
             x = tf.reshape(x, [batch_size * seq_len, hidden])
-        else:
-            embedding_output = padded(x)
         attention_bias = self.attention_bias(input_mask, seq_len)
         outputs = []
         for layer in self.layers:
