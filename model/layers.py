@@ -12,8 +12,10 @@ a step (BENCHMARKS.md, "Speed levers"). Dropout's random numbers are drawn outsi
 (`_random_bits`); under bfloat16 or float16 a block computes in float32 and rounds once
 (`BLOCK_MATH_FLOAT32`).
 """
+import contextlib
 import functools
 import math
+import threading
 import zlib
 
 import tensorflow as tf
@@ -63,19 +65,46 @@ class SeedStream:
     """
 
     def __init__(self, seed):
-        self._seed = tf.cast(seed, tf.int64) if seed is not None else None
         self._count = 0
+        self._head = None
+        if seed is not None:
+            # The n-th seed is tf.random.experimental.stateless_fold_in(seed, n), which is
+            # [a random int32 drawn from `seed` alone, n]: that first half is drawn once here
+            # (a Philox draw is a dozen graph ops to trace), not once per dropout layer. Drawn in
+            # the graph the stream is made in, so branches and recomputations can capture it.
+            self._head = tf.random.stateless_uniform(
+                [], seed=tf.cast(seed, tf.int64), minval=None, maxval=None, dtype=tf.int32,
+                alg=RNG_ALG)
 
     def next(self):
-        if self._seed is None:
+        if self._head is None:
             raise ValueError("a seed is required when training=True (dropout or sampling needs it)")
         self._count += 1
-        return tf.random.experimental.stateless_fold_in(self._seed, self._count, alg=RNG_ALG)
+        return tf.stack([self._head, tf.constant(self._count, tf.int32)])
 
 
 # False runs the elementwise blocks as plain graph ops, as before they were fused
 # (benchmarks/ab_step.py measures what the fusion gains). Read when a step is traced.
 FUSE_ELEMENTWISE = True
+
+_fusion = threading.local()
+
+
+@contextlib.contextmanager
+def elementwise_fusion(enabled: bool):
+    """Within (on this thread, while tracing): the blocks are compiled only if `enabled` too.
+
+    XLA compiles a block for every input shape it meets, about 80 ms each on this CPU. A model
+    whose shapes change from batch to batch (padding removed: the number of real tokens) met a
+    new shape every few steps and spent more on compiles than the fusion saved (BENCHMARKS.md,
+    "Fine-tuning end to end"), so it runs the blocks as graph ops: the same math, the same
+    float32 widening (BLOCK_MATH_FLOAT32)."""
+    saved = getattr(_fusion, "enabled", True)
+    _fusion.enabled = enabled
+    try:
+        yield
+    finally:
+        _fusion.enabled = saved
 
 
 # True: a block's math runs in float32 whatever the activations' dtype, rounded to it once at the
@@ -103,7 +132,8 @@ def elementwise_block(fn):
         # distribution strategy resolves to one replica's copy, so the other replicas' gradients
         # would not reach theirs (measured: half the gradient norm on 2 replicas).
         args = [tf.convert_to_tensor(a) if isinstance(a, tf.Variable) else a for a in args]
-        return (compiled[BLOCK_MATH_FLOAT32] if FUSE_ELEMENTWISE else fn)(*args)
+        fused = FUSE_ELEMENTWISE and getattr(_fusion, "enabled", True)
+        return (compiled[BLOCK_MATH_FLOAT32] if fused else fn)(*args)
 
     return run
 

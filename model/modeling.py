@@ -300,6 +300,13 @@ class BertModel(tf.Module):
     def __call__(self, input_ids, input_mask, token_type_ids, *, training: bool, seed=None,
                  inputs_embeds=None) -> EncoderOutput:
         """input_ids, input_mask, token_type_ids: int32 [B, L]; seed: int [2] (needed if training)."""
+        # Packed, the per-token shapes change with every batch's number of real tokens: the
+        # elementwise blocks run as graph ops rather than compile for each (layers.py).
+        with layers.elementwise_fusion(not self.remove_padding):
+            return self._encode(input_ids, input_mask, token_type_ids, training, seed,
+                                inputs_embeds)
+
+    def _encode(self, input_ids, input_mask, token_type_ids, training, seed, inputs_embeds):
         seeds = layers.SeedStream(seed) if training else None
         batch_size, seq_len = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
         packing = (token_packing.plan(input_mask, self.config.num_attention_heads)
@@ -327,9 +334,12 @@ class BertModel(tf.Module):
                            else None)
 
             def run(h, bias, layer=layer, layer_seeds=layer_seeds):
-                return layer(h, bias, batch_size=batch_size, seq_len=seq_len, training=training,
-                             seeds=_FixedSeeds(layer_seeds) if training else None,
-                             packing=packing)
+                # Also when a recomputation in the backward pass calls it, outside __call__.
+                with layers.elementwise_fusion(packing is None):
+                    return layer(h, bias, batch_size=batch_size, seq_len=seq_len,
+                                 training=training,
+                                 seeds=_FixedSeeds(layer_seeds) if training else None,
+                                 packing=packing)
 
             if training and self.recompute_grad:
                 x = tf.recompute_grad(run)(x, attention_bias)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from model import layers
 from model import modeling
 from util import checkpoint
 
@@ -217,7 +218,6 @@ def test_layer_norm_written_out_gradient_equals_automatic_differentiation(dtype)
 @pytest.fixture
 def layer_settings():
     """Restores model.layers' speed settings a test changes."""
-    from model import layers
     saved = layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32
     yield layers
     layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32 = saved
@@ -316,3 +316,13 @@ def test_sparse_cross_entropy_block_matches_tensorflows_kernel(layer_settings, f
     low = layers.sparse_softmax_cross_entropy(tf.cast(logits, tf.bfloat16), labels)
     assert low.dtype == tf.float32
     np.testing.assert_allclose(low.numpy(), got[0].numpy(), rtol=0.05, atol=0.05)
+
+
+def test_seed_stream_hands_out_the_seeds_of_stateless_fold_in():
+    """Its first half drawn once per stream: the same seeds, so the same dropout masks."""
+    base = tf.constant([7, 11], tf.int64)
+    stream = layers.SeedStream(base)
+    for n in range(1, 5):
+        np.testing.assert_array_equal(
+            stream.next().numpy(),
+            tf.random.experimental.stateless_fold_in(base, n, alg=layers.RNG_ALG).numpy())

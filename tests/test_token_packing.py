@@ -100,3 +100,27 @@ def test_dropout_on_packed_tokens_is_a_function_of_the_seed():
             for s in ([1, 2], [1, 2], [1, 3])]
     np.testing.assert_array_equal(runs[0], runs[1])
     assert not np.allclose(runs[0], runs[2])
+
+
+def _compiled_functions(model) -> list:
+    """Names of the XLA-compiled functions a traced training step of `model` calls."""
+    ids, mask, segments = batch()
+
+    def step():
+        with tf.GradientTape() as tape:
+            out = model(ids, mask, segments, training=True, seed=tf.constant([1, 2]))
+            loss = tf.reduce_sum(tf.cast(out.sequence_output, tf.float32))
+        return tape.gradient(loss, model.trainable_variables)
+
+    library = tf.function(step).get_concrete_function().graph.as_graph_def().library
+    return [f.signature.name for f in library.function if f.attr["_XlaMustCompile"].b]
+
+
+def test_packed_encoder_runs_its_elementwise_blocks_uncompiled():
+    """Packed, the shapes change with each batch's token count, and XLA would compile the fused
+    blocks again for each one: the packed encoder runs them as graph ops, the padded one (fixed
+    shapes in pre-training) keeps them compiled."""
+    config = modeling.BertConfig(**CONFIG)
+    padded, packed = [modeling.BertModel(config, seed=3, remove_padding=r) for r in (False, True)]
+    assert any("dropout_add_norm" in name for name in _compiled_functions(padded))
+    assert _compiled_functions(packed) == []
