@@ -87,6 +87,12 @@ class SeedStream:
 # (benchmarks/ab_step.py measures what the fusion gains). Read when a step is traced.
 FUSE_ELEMENTWISE = True
 
+# Blocks over fewer elements than this run as graph ops: each compile costs about 80 ms on this
+# CPU, more than fusing saves on a tensor that small in a short run (the tiny models of tests and
+# toy runs; ELECTRA-Small's smallest block, the
+# generator's [128 x 128, 64] in pre-training, has 1M). Read when a step is traced.
+MIN_FUSED_ELEMENTS = 1 << 16
+
 _fusion = threading.local()
 
 
@@ -132,7 +138,9 @@ def elementwise_block(fn):
         # distribution strategy resolves to one replica's copy, so the other replicas' gradients
         # would not reach theirs (measured: half the gradient norm on 2 replicas).
         args = [tf.convert_to_tensor(a) if isinstance(a, tf.Variable) else a for a in args]
-        fused = FUSE_ELEMENTWISE and getattr(_fusion, "enabled", True)
+        size = args[0].shape.num_elements()  # None: not known while tracing
+        fused = (FUSE_ELEMENTWISE and getattr(_fusion, "enabled", True)
+                 and (size is None or size >= MIN_FUSED_ELEMENTS))
         return (compiled[BLOCK_MATH_FLOAT32] if fused else fn)(*args)
 
     return run

@@ -217,10 +217,14 @@ def test_layer_norm_written_out_gradient_equals_automatic_differentiation(dtype)
 
 @pytest.fixture
 def layer_settings():
-    """Restores model.layers' speed settings a test changes."""
-    saved = layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32
+    """Restores model.layers' speed settings a test changes; blocks of any size are fused
+    (these tests' tensors are smaller than MIN_FUSED_ELEMENTS)."""
+    saved = (layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32,
+             layers.MIN_FUSED_ELEMENTS)
+    layers.MIN_FUSED_ELEMENTS = 0
     yield layers
-    layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32 = saved
+    (layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32,
+     layers.MIN_FUSED_ELEMENTS) = saved
 
 
 @pytest.mark.parametrize("math32", [True, False])
@@ -326,3 +330,17 @@ def test_seed_stream_hands_out_the_seeds_of_stateless_fold_in():
         np.testing.assert_array_equal(
             stream.next().numpy(),
             tf.random.experimental.stateless_fold_in(base, n, alg=layers.RNG_ALG).numpy())
+
+
+def test_small_blocks_run_as_graph_ops_large_ones_compiled():
+    """A block over fewer than MIN_FUSED_ELEMENTS elements is not worth its XLA compile."""
+    dense = layers.Dense(64, 256, "ffn", activation="gelu", seed=1)
+
+    def compiled(rows):
+        graph = tf.function(dense).get_concrete_function(
+            tf.TensorSpec([rows, 64], tf.float32)).graph.as_graph_def()
+        return any(f.attr["_XlaMustCompile"].b for f in graph.library.function)
+
+    assert 255 * 256 < layers.MIN_FUSED_ELEMENTS <= 256 * 256
+    assert not compiled(255)
+    assert compiled(256)

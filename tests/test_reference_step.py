@@ -187,6 +187,16 @@ def pretraining_step(setup, weights, slots):
                 masked=masked, labels=losses["labels"], **randomness)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fused_blocks():
+    """The elementwise blocks XLA-compiled, as in a full-size run (this module's tiny model is
+    below layers.MIN_FUSED_ELEMENTS); the tolerances were set on that path. The graph-op path is
+    compared to it in tests/test_modeling.py."""
+    saved, layers.MIN_FUSED_ELEMENTS = layers.MIN_FUSED_ELEMENTS, 0
+    yield
+    layers.MIN_FUSED_ELEMENTS = saved
+
+
 @pytest.fixture(scope="module")
 def electra():
     return make_pretraining()
