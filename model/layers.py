@@ -88,10 +88,10 @@ class SeedStream:
 FUSE_ELEMENTWISE = True
 
 # Blocks over fewer elements than this run as graph ops: each compile costs about 80 ms on this
-# CPU, more than fusing saves on a tensor that small in a short run (the tiny models of tests and
-# toy runs; ELECTRA-Small's smallest block, the
-# generator's [128 x 128, 64] in pre-training, has 1M). Read when a step is traced.
-MIN_FUSED_ELEMENTS = 1 << 16
+# CPU, more than fusing saves on a tensor that small in a short run (the tiny models of tests).
+# Every block of ELECTRA-Small, of the demo's model and of a 128-token single-example forward is
+# at least this large. Read when a step is traced.
+MIN_FUSED_ELEMENTS = 1 << 15
 
 _fusion = threading.local()
 

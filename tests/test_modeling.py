@@ -341,6 +341,6 @@ def test_small_blocks_run_as_graph_ops_large_ones_compiled():
             tf.TensorSpec([rows, 64], tf.float32)).graph.as_graph_def()
         return any(f.attr["_XlaMustCompile"].b for f in graph.library.function)
 
-    assert 255 * 256 < layers.MIN_FUSED_ELEMENTS <= 256 * 256
-    assert not compiled(255)
-    assert compiled(256)
+    assert 127 * 256 < layers.MIN_FUSED_ELEMENTS <= 128 * 256
+    assert not compiled(127)
+    assert compiled(128)
