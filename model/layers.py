@@ -101,10 +101,10 @@ def elementwise_fusion(enabled: bool):
     """Within (on this thread, while tracing): the blocks are compiled only if `enabled` too.
 
     XLA compiles a block for every input shape it meets, about 80 ms each on this CPU. A model
-    whose shapes change from batch to batch (padding removed: the number of real tokens) met a
-    new shape every few steps and spent more on compiles than the fusion saved (BENCHMARKS.md,
-    "Fine-tuning end to end"), so it runs the blocks as graph ops: the same math, the same
-    float32 widening (BLOCK_MATH_FLOAT32)."""
+    whose shapes change from batch to batch (padding removed: the number of real tokens) meets a
+    new shape every few steps; in float32 it runs the blocks as graph ops, as fast per step and
+    never compiled (BENCHMARKS.md, "Fine-tuning end to end"): the same math, the same float32
+    widening (BLOCK_MATH_FLOAT32)."""
     saved = getattr(_fusion, "enabled", True)
     _fusion.enabled = enabled
     try:

@@ -283,6 +283,12 @@ class BertModel(tf.Module):
         # Training keeps only each layer's input; the backward pass recomputes the rest.
         self.recompute_grad = recompute_grad
         self.remove_padding = remove_padding
+        # Packed, the per-token shapes change with every batch's number of real tokens, and XLA
+        # compiles the fused elementwise blocks for each. In float32 the blocks as graph ops take
+        # a step as long, so they run that way; in 16-bit the fused blocks make the step faster
+        # (they compute in float32 and round once) and repay their compiles over a run
+        # (BENCHMARKS.md, "Fine-tuning end to end").
+        self.fused_blocks = not (remove_padding and self.dtype == tf.float32)
         self.embeddings = embeddings if embeddings is not None else Embeddings(config, scope, seed)
         embedding_size = self.embeddings.config.embedding_size
         self.embeddings_project = None
@@ -300,9 +306,7 @@ class BertModel(tf.Module):
     def __call__(self, input_ids, input_mask, token_type_ids, *, training: bool, seed=None,
                  inputs_embeds=None) -> EncoderOutput:
         """input_ids, input_mask, token_type_ids: int32 [B, L]; seed: int [2] (needed if training)."""
-        # Packed, the per-token shapes change with every batch's number of real tokens: the
-        # elementwise blocks run as graph ops rather than compile for each (layers.py).
-        with layers.elementwise_fusion(not self.remove_padding):
+        with layers.elementwise_fusion(self.fused_blocks):
             return self._encode(input_ids, input_mask, token_type_ids, training, seed,
                                 inputs_embeds)
 
@@ -335,7 +339,7 @@ class BertModel(tf.Module):
 
             def run(h, bias, layer=layer, layer_seeds=layer_seeds):
                 # Also when a recomputation in the backward pass calls it, outside __call__.
-                with layers.elementwise_fusion(packing is None):
+                with layers.elementwise_fusion(self.fused_blocks):
                     return layer(h, bias, batch_size=batch_size, seq_len=seq_len,
                                  training=training,
                                  seeds=_FixedSeeds(layer_seeds) if training else None,
