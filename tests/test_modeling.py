@@ -332,14 +332,19 @@ def test_seed_stream_hands_out_the_seeds_of_stateless_fold_in():
             tf.random.experimental.stateless_fold_in(base, n, alg=layers.RNG_ALG).numpy())
 
 
+def compiled_functions(concrete_function) -> list:
+    """Names of the XLA-compiled functions a traced function calls."""
+    library = concrete_function.graph.as_graph_def().library
+    return [f.signature.name for f in library.function if f.attr["_XlaMustCompile"].b]
+
+
 def test_small_blocks_run_as_graph_ops_large_ones_compiled():
     """A block over fewer than MIN_FUSED_ELEMENTS elements is not worth its XLA compile."""
     dense = layers.Dense(64, 256, "ffn", activation="gelu", seed=1)
 
     def compiled(rows):
-        graph = tf.function(dense).get_concrete_function(
-            tf.TensorSpec([rows, 64], tf.float32)).graph.as_graph_def()
-        return any(f.attr["_XlaMustCompile"].b for f in graph.library.function)
+        return bool(compiled_functions(tf.function(dense).get_concrete_function(
+            tf.TensorSpec([rows, 64], tf.float32))))
 
     assert 127 * 256 < layers.MIN_FUSED_ELEMENTS <= 128 * 256
     assert not compiled(127)

@@ -7,6 +7,7 @@ import tensorflow as tf
 from model import layers
 from model import modeling
 from model import token_packing
+from tests.test_modeling import compiled_functions
 
 CONFIG = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
               intermediate_size=64, embedding_size=16)
@@ -113,8 +114,7 @@ def _compiled_functions(model) -> list:
             loss = tf.reduce_sum(tf.cast(out.sequence_output, tf.float32))
         return tape.gradient(loss, model.trainable_variables)
 
-    library = tf.function(step).get_concrete_function().graph.as_graph_def().library
-    return [f.signature.name for f in library.function if f.attr["_XlaMustCompile"].b]
+    return compiled_functions(tf.function(step).get_concrete_function())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
