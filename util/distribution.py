@@ -143,10 +143,11 @@ def leave_together(strategy: tf.distribute.Strategy, wait_secs: float = 3600.0,
 
 
 def _part(key: str, me: str, everyone: list[str], chief: bool, outcome: str,
-          wait_secs: float) -> str:
+          wait_secs: float, store=None) -> str:
     """One parting: the chief publishes its outcome and waits for every worker's "leaving";
-    a worker waits for the chief's outcome, then says it is leaving. Returns the chief's."""
-    store = tf_context.context()
+    a worker waits for the chief's outcome, then says it is leaving. Returns the chief's.
+    `store`: the coordination service's key-value store (this process's context by default)."""
+    store = store or tf_context.context()
     timeout_ms = max(1, int(wait_secs * 1000))
     if chief:
         store.set_config_key_value(f"{key}/chief", outcome)
@@ -155,7 +156,13 @@ def _part(key: str, me: str, everyone: list[str], chief: bool, outcome: str,
                 store.get_config_key_value(f"{key}/leaving/{task}", timeout_ms)
         return outcome
     chief_outcome = store.get_config_key_value(f"{key}/chief", timeout_ms)
-    store.set_config_key_value(f"{key}/leaving/{me}", outcome)
+    try:
+        store.set_config_key_value(f"{key}/leaving/{me}", outcome)
+    except tf.errors.OpError as e:
+        # The chief hosts the store and exits the moment it reads this key, often before its
+        # answer to this very call is sent ("Socket closed"). This worker knows the chief's
+        # outcome, so the parting is complete either way.
+        log.debug("the chief left while this worker said it was leaving: %s", _first_line(e))
     return chief_outcome
 
 
