@@ -115,6 +115,7 @@ def _run_groups(items) -> dict:
     return groups
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups marked here
 def pytest_collection_modifyitems(config, items):
     """Marks the named integration runs `slow`; keeps the tests that share a module-scoped run
     on one worker of a parallel session (`-n 2`), so it is trained once; starts the modules
