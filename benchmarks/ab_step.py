@@ -37,6 +37,8 @@ VARIANTS = {
     "float_dropout": [("model.layers", "DROPOUT_MASK_BITS", 32)],
     # the fused blocks' math in the activations' dtype instead of float32 (model/layers.py)
     "block_math_native": [("model.layers", "BLOCK_MATH_FLOAT32", False)],
+    # the fused blocks' gradients derived by TensorFlow instead of written out (model/layers.py)
+    "auto_block_gradients": [("model.layers", "BACKWARD_BLOCKS", False)],
     # the AdamW update as graph ops instead of one compiled pass per variable
     "graph_update": [("model.optimization", "FUSE_UPDATE", False)],
     # all four levers off at once

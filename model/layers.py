@@ -121,6 +121,13 @@ def elementwise_fusion(enabled: bool):
 BLOCK_MATH_FLOAT32 = True
 
 
+# True: the FFN's bias + GELU and each sub-layer's dropout + residual + LayerNorm have their
+# backward passes written out as one block each (`bias_gelu`, `dropout_add_norm`); False: the
+# gradients TensorFlow derives for the forward blocks, 2-3x as slow (benchmarks/ab_step.py
+# auto_block_gradients). Read when a step is traced.
+BACKWARD_BLOCKS = True
+
+
 def _math(t: tf.Tensor) -> tf.Tensor:
     """`t` in the dtype a block computes in (BLOCK_MATH_FLOAT32)."""
     return tf.cast(t, tf.float32) if BLOCK_MATH_FLOAT32 else t
@@ -200,9 +207,43 @@ def _dropout_add_norm(y, residual, gamma, beta, epsilon: float, rate: float, bit
 
 def dropout_add_norm(y: tf.Tensor, residual: tf.Tensor, norm: "LayerNorm", rate: float,
                      seeds: SeedStream | None, training: bool) -> tf.Tensor:
-    """norm(dropout(y) + residual): the end of each Transformer sub-layer, one fused block."""
-    return _dropout_add_norm(y, residual, norm.gamma, norm.beta, norm.epsilon,
-                             rate, _random_bits(tf.shape(y), seeds, training, rate))
+    """norm(dropout(y) + residual): the end of each Transformer sub-layer, one fused block, its
+    backward pass another (BACKWARD_BLOCKS)."""
+    bits = _random_bits(tf.shape(y), seeds, training, rate)
+    if not BACKWARD_BLOCKS:
+        return _dropout_add_norm(y, residual, norm.gamma, norm.beta, norm.epsilon, rate, bits)
+    # Values, so that the gradients reach the variables.
+    gamma, beta = tf.convert_to_tensor(norm.gamma), tf.convert_to_tensor(norm.beta)
+    fusion = getattr(_fusion, "enabled", True)  # the backward is traced outside this context
+
+    @tf.custom_gradient
+    def forward(y, residual, gamma, beta):
+        def backward(upstream):
+            with elementwise_fusion(fusion):
+                return _dropout_add_norm_backward(y, residual, gamma, upstream, norm.epsilon,
+                                                  rate, bits)
+        return _dropout_add_norm(y, residual, gamma, beta, norm.epsilon, rate, bits), backward
+
+    return forward(y, residual, gamma, beta)
+
+
+@elementwise_block
+def _dropout_add_norm_backward(y, residual, gamma, upstream, epsilon: float, rate: float, bits):
+    """(d/dy, d/dresidual, d/dgamma, d/dbeta) of `_dropout_add_norm`: the forward's sum and
+    moments recomputed, then LayerNorm's backward (as `layer_norm`'s) and dropout's (the same
+    mask and scale)."""
+    z = tf.cast(_dropout(_math(y), rate, bits) + _math(residual), tf.float32)
+    mean, variance = tf.nn.moments(z, axes=[-1], keepdims=True)
+    inv_std = tf.math.rsqrt(variance + epsilon)
+    normed = (z - mean) * inv_std
+    dout = tf.cast(upstream, tf.float32)
+    dnormed = dout * gamma
+    dz = inv_std * (dnormed - tf.reduce_mean(dnormed, -1, keepdims=True)
+                    - normed * tf.reduce_mean(dnormed * normed, -1, keepdims=True))
+    rows = list(range(dz.shape.rank - 1))
+    dz_math = tf.cast(dz, _math(y).dtype)
+    return (tf.cast(_dropout(dz_math, rate, bits), y.dtype), tf.cast(dz_math, residual.dtype),
+            tf.reduce_sum(dout * normed, rows), tf.reduce_sum(dout, rows))
 
 
 @elementwise_block
@@ -312,6 +353,8 @@ class Dense(tf.Module):
             y = tf.matmul(x, kernel)
         else:
             y = tf.tensordot(x, kernel, axes=1)
+        if self.activation is gelu and BACKWARD_BLOCKS:
+            return bias_gelu(y, self.bias)
         if self.activation is not None:
             return _bias_activation(y, self.bias, self.activation)
         return tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))  # oneDNN fuses it into the matmul
@@ -321,6 +364,36 @@ class Dense(tf.Module):
 def _bias_activation(y, bias, activation):
     z = _math(y)
     return tf.cast(activation(tf.nn.bias_add(z, tf.cast(bias, z.dtype))), y.dtype)
+
+
+def bias_gelu(y: tf.Tensor, bias) -> tf.Tensor:
+    """gelu(y + bias) in y's dtype, the FFN's activation, with its backward pass written out as
+    one block as well: the gradient TensorFlow derives for the compiled forward block took 2.5-3x
+    as long as this one (forward and backward over Small's [4096, 1024], float32 and bfloat16).
+    The same derivative as automatic differentiation's, Phi(z) + z * phi(z), up to rounding."""
+    bias = tf.convert_to_tensor(bias)  # a value, so that the gradient reaches the variable
+    fusion = getattr(_fusion, "enabled", True)  # the backward is traced outside this context
+
+    @tf.custom_gradient
+    def forward(y, bias):
+        def backward(upstream):
+            with elementwise_fusion(fusion):
+                return _bias_gelu_backward(y, bias, upstream)
+        return _bias_activation(y, bias, gelu), backward
+
+    return forward(y, bias)
+
+
+@elementwise_block
+def _bias_gelu_backward(y, bias, upstream):
+    """(d/dy, d/dbias) of gelu(y + bias) given the upstream gradient; the math as the forward's."""
+    z = _math(y)
+    z = tf.nn.bias_add(z, tf.cast(bias, z.dtype))
+    cdf = 0.5 * (1.0 + tf.math.erf(z * tf.cast(1.0 / math.sqrt(2.0), z.dtype)))
+    pdf = tf.exp(-0.5 * tf.square(z)) * tf.cast(1.0 / math.sqrt(2.0 * math.pi), z.dtype)
+    dz = tf.cast(upstream, z.dtype) * (cdf + z * pdf)
+    dbias = tf.reduce_sum(dz, axis=list(range(dz.shape.rank - 1)))
+    return tf.cast(dz, y.dtype), tf.cast(dbias, bias.dtype)
 
 
 class LayerNorm(tf.Module):

@@ -220,11 +220,11 @@ def layer_settings():
     """Restores model.layers' speed settings a test changes; blocks of any size are fused
     (these tests' tensors are smaller than MIN_FUSED_ELEMENTS)."""
     saved = (layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32,
-             layers.MIN_FUSED_ELEMENTS)
+             layers.MIN_FUSED_ELEMENTS, layers.BACKWARD_BLOCKS)
     layers.MIN_FUSED_ELEMENTS = 0
     yield layers
     (layers.FUSE_ELEMENTWISE, layers.DROPOUT_MASK_BITS, layers.BLOCK_MATH_FLOAT32,
-     layers.MIN_FUSED_ELEMENTS) = saved
+     layers.MIN_FUSED_ELEMENTS, layers.BACKWARD_BLOCKS) = saved
 
 
 @pytest.mark.parametrize("math32", [True, False])
@@ -289,6 +289,33 @@ def test_fused_blocks_compute_what_the_plain_graph_ops_compute(layer_settings):
     assert float(loss) == pytest.approx(float(plain_loss), rel=1e-5)
     for got, want in zip(grads, plain_grads):
         got, want = tf.convert_to_tensor(got).numpy(), tf.convert_to_tensor(want).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_written_out_block_gradients_equal_automatic_differentiation(layer_settings, fuse):
+    """The backward passes of bias + GELU and of dropout + residual + LayerNorm written out
+    (BACKWARD_BLOCKS) against TensorFlow's gradients of the forward blocks, compiled or as graph
+    ops, dropout on (the same masks): every weight's gradient up to float32 rounding."""
+    layers = layer_settings
+    layers.FUSE_ELEMENTWISE = fuse
+    model = tiny_model(seed=3)
+    inputs = batch([[2, 5, 6, 3, 9, 0], [2, 4, 3, 0, 0, 0]])
+    weights = tf.random.stateless_normal([2, 6, 32], seed=[6, 7])
+
+    def grads(written_out):
+        layers.BACKWARD_BLOCKS = written_out
+
+        @tf.function
+        def step(seed):
+            with tf.GradientTape() as tape:
+                out = model(*inputs, training=True, seed=seed).sequence_output
+                loss = tf.reduce_sum(out * weights)
+            return tape.gradient(loss, model.trainable_variables)
+
+        return [tf.convert_to_tensor(g).numpy() for g in step(tf.constant([7, 8]))]
+
+    for got, want in zip(grads(True), grads(False)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
