@@ -264,32 +264,40 @@ def test_dropout_masks_drop_the_rate_and_scale_the_rest(layer_settings, bits):
     assert abs(kept[:, 0::2].mean() - kept[:, 1::2].mean()) < 0.01
 
 
+def _loss_and_gradients(model) -> tuple[float, list[np.ndarray]]:
+    """A training-mode forward and backward pass of `model` on two short rows (dropout on, its
+    masks from a fixed seed), traced under model.layers' settings of the moment."""
+    inputs = batch([[2, 5, 6, 3, 9, 0], [2, 4, 3, 0, 0, 0]])
+    weights = tf.random.stateless_normal([2, 6, 32], seed=[4, 5])
+
+    @tf.function
+    def step(seed):
+        with tf.GradientTape() as tape:
+            out = model(*inputs, training=True, seed=seed).sequence_output
+            loss = tf.reduce_sum(out * weights)
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    loss, grads = step(tf.constant([7, 8]))
+    return float(loss), [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
+def _assert_gradients_close(got: list, want: list) -> None:
+    """Equal up to float32 rounding (relative to each gradient's largest entry)."""
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(w).max()))
+
+
 def test_fused_blocks_compute_what_the_plain_graph_ops_compute(layer_settings):
     """The XLA-compiled elementwise blocks against the same code as plain graph ops: the same
     dropout masks (drawn outside the blocks), values and gradients up to float32 rounding."""
     layers = layer_settings
     model = tiny_model(seed=2)
-    inputs = batch([[2, 5, 6, 3, 9, 0], [2, 4, 3, 0, 0, 0]])
-    weights = tf.random.stateless_normal([2, 6, 32], seed=[4, 5])
-
-    def loss_and_grads(fuse):
-        layers.FUSE_ELEMENTWISE = fuse
-
-        @tf.function
-        def step(seed):
-            with tf.GradientTape() as tape:
-                out = model(*inputs, training=True, seed=seed).sequence_output
-                loss = tf.reduce_sum(out * weights)
-            return loss, tape.gradient(loss, model.trainable_variables)
-
-        return step(tf.constant([7, 8]))
-
-    loss, grads = loss_and_grads(True)
-    plain_loss, plain_grads = loss_and_grads(False)
-    assert float(loss) == pytest.approx(float(plain_loss), rel=1e-5)
-    for got, want in zip(grads, plain_grads):
-        got, want = tf.convert_to_tensor(got).numpy(), tf.convert_to_tensor(want).numpy()
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
+    layers.FUSE_ELEMENTWISE = True
+    loss, grads = _loss_and_gradients(model)
+    layers.FUSE_ELEMENTWISE = False
+    plain_loss, plain_grads = _loss_and_gradients(model)
+    assert loss == pytest.approx(plain_loss, rel=1e-5)
+    _assert_gradients_close(grads, plain_grads)
 
 
 @pytest.mark.parametrize("fuse", [True, False])
@@ -300,23 +308,11 @@ def test_written_out_block_gradients_equal_automatic_differentiation(layer_setti
     layers = layer_settings
     layers.FUSE_ELEMENTWISE = fuse
     model = tiny_model(seed=3)
-    inputs = batch([[2, 5, 6, 3, 9, 0], [2, 4, 3, 0, 0, 0]])
-    weights = tf.random.stateless_normal([2, 6, 32], seed=[6, 7])
-
-    def grads(written_out):
-        layers.BACKWARD_BLOCKS = written_out
-
-        @tf.function
-        def step(seed):
-            with tf.GradientTape() as tape:
-                out = model(*inputs, training=True, seed=seed).sequence_output
-                loss = tf.reduce_sum(out * weights)
-            return tape.gradient(loss, model.trainable_variables)
-
-        return [tf.convert_to_tensor(g).numpy() for g in step(tf.constant([7, 8]))]
-
-    for got, want in zip(grads(True), grads(False)):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
+    layers.BACKWARD_BLOCKS = True
+    _, written_out = _loss_and_gradients(model)
+    layers.BACKWARD_BLOCKS = False
+    _, automatic = _loss_and_gradients(model)
+    _assert_gradients_close(written_out, automatic)
 
 
 @pytest.mark.parametrize("fuse", [True, False])
