@@ -392,7 +392,7 @@ def _bias_gelu_backward(y, bias, upstream):
     cdf = 0.5 * (1.0 + tf.math.erf(z * tf.cast(1.0 / math.sqrt(2.0), z.dtype)))
     pdf = tf.exp(-0.5 * tf.square(z)) * tf.cast(1.0 / math.sqrt(2.0 * math.pi), z.dtype)
     dz = tf.cast(upstream, z.dtype) * (cdf + z * pdf)
-    dbias = tf.reduce_sum(dz, axis=list(range(dz.shape.rank - 1)))
+    dbias = tf.reduce_sum(tf.cast(dz, tf.float32), axis=list(range(dz.shape.rank - 1)))
     return tf.cast(dz, y.dtype), tf.cast(dbias, bias.dtype)
 
 
