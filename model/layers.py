@@ -212,26 +212,33 @@ def dropout_add_norm(y: tf.Tensor, residual: tf.Tensor, norm: "LayerNorm", rate:
     bits = _random_bits(tf.shape(y), seeds, training, rate)
     if not BACKWARD_BLOCKS:
         return _dropout_add_norm(y, residual, norm.gamma, norm.beta, norm.epsilon, rate, bits)
-    # Values, so that the gradients reach the variables.
-    gamma, beta = tf.convert_to_tensor(norm.gamma), tf.convert_to_tensor(norm.beta)
-    fusion = getattr(_fusion, "enabled", True)  # the backward is traced outside this context
+    return _with_backward_block(_dropout_add_norm, _dropout_add_norm_backward,
+                                (y, residual, norm.gamma, norm.beta), (norm.epsilon, rate, bits))
+
+
+def _with_backward_block(forward, backward, tensors, static=()):
+    """forward(*tensors, *static), whose gradient is backward(upstream, *tensors, *static): the
+    gradients of `tensors` in order. Variables among `tensors` enter as values, so that the
+    gradients reach them; the backward block is fused or not as the forward's (it is traced
+    later, outside the forward's `elementwise_fusion`)."""
+    fusion = getattr(_fusion, "enabled", True)
 
     @tf.custom_gradient
-    def forward(y, residual, gamma, beta):
-        def backward(upstream):
+    def run(*values):
+        def gradient(upstream):
             with elementwise_fusion(fusion):
-                return _dropout_add_norm_backward(y, residual, gamma, upstream, norm.epsilon,
-                                                  rate, bits)
-        return _dropout_add_norm(y, residual, gamma, beta, norm.epsilon, rate, bits), backward
+                return backward(upstream, *values, *static)
+        return forward(*values, *static), gradient
 
-    return forward(y, residual, gamma, beta)
+    return run(*[tf.convert_to_tensor(t) for t in tensors])
 
 
 @elementwise_block
-def _dropout_add_norm_backward(y, residual, gamma, upstream, epsilon: float, rate: float, bits):
-    """(d/dy, d/dresidual, d/dgamma, d/dbeta) of `_dropout_add_norm`: the forward's sum and
-    moments recomputed, then LayerNorm's backward (as `layer_norm`'s) and dropout's (the same
-    mask and scale)."""
+def _dropout_add_norm_backward(upstream, y, residual, gamma, beta, epsilon: float, rate: float,
+                               bits):
+    """(d/dy, d/dresidual, d/dgamma, d/dbeta) of `_dropout_add_norm` (beta does not enter them):
+    the forward's sum and moments recomputed, then LayerNorm's backward (as `layer_norm`'s) and
+    dropout's (the same mask and scale)."""
     z = tf.cast(_dropout(_math(y), rate, bits) + _math(residual), tf.float32)
     mean, variance = tf.nn.moments(z, axes=[-1], keepdims=True)
     inv_std = tf.math.rsqrt(variance + epsilon)
@@ -371,21 +378,12 @@ def bias_gelu(y: tf.Tensor, bias) -> tf.Tensor:
     one block as well: the gradient TensorFlow derives for the compiled forward block took 2.5-3x
     as long as this one (forward and backward over Small's [4096, 1024], float32 and bfloat16).
     The same derivative as automatic differentiation's, Phi(z) + z * phi(z), up to rounding."""
-    bias = tf.convert_to_tensor(bias)  # a value, so that the gradient reaches the variable
-    fusion = getattr(_fusion, "enabled", True)  # the backward is traced outside this context
-
-    @tf.custom_gradient
-    def forward(y, bias):
-        def backward(upstream):
-            with elementwise_fusion(fusion):
-                return _bias_gelu_backward(y, bias, upstream)
-        return _bias_activation(y, bias, gelu), backward
-
-    return forward(y, bias)
+    return _with_backward_block(lambda y, bias: _bias_activation(y, bias, gelu),
+                                _bias_gelu_backward, (y, bias))
 
 
 @elementwise_block
-def _bias_gelu_backward(y, bias, upstream):
+def _bias_gelu_backward(upstream, y, bias):
     """(d/dy, d/dbias) of gelu(y + bias) given the upstream gradient; the math as the forward's."""
     z = _math(y)
     z = tf.nn.bias_add(z, tf.cast(bias, z.dtype))

@@ -56,10 +56,8 @@ def test_a_worker_that_meets_the_chief_gone_after_reading_its_outcome_has_parted
     """The chief exits as soon as it reads the worker's "leaving": the worker's call that wrote
     it may then fail with "Socket closed". The worker knows the chief's outcome: its run ended
     well, not with a dead-chief error (exit 4)."""
-    store = Store()
+    store = cluster(Store(fail={"electra/parting1/leaving/worker:1": _socket_closed()}))
     store.values["electra/parting1/chief"] = "done"
-    store.fail = {"electra/parting1/leaving/worker:1": _socket_closed()}
-    cluster(store)
     with distribution.leave_together(_worker(1)) as parting:
         pass
     assert parting.chief_outcome == "done"
