@@ -36,6 +36,7 @@ from util import fs
 from util import io_utils
 from util import preemption
 from util import task_spec
+from util import tf_data
 
 log = logging.getLogger(__name__)
 
@@ -106,22 +107,23 @@ class Preprocessor:
         d = tf.data.TFRecordDataset(data.path)
         d = d.shuffle(min(SHUFFLE_BUFFER, data.n_examples), seed=_mix(seed, epoch),
                       reshuffle_each_iteration=False)
-        d = d.map(self._decode, num_parallel_calls=tf.data.AUTOTUNE)
+        d = d.map(self._decode, num_parallel_calls=tf_data.PARALLEL_CALLS)
         d = d.batch(data.batch_size, drop_remainder=True)
         if skip_batches:
             d = d.skip(skip_batches)
-        return self._cut_to_buckets(d).prefetch(2)
+        return tf_data.untuned(self._cut_to_buckets(d).prefetch(tf_data.PREFETCH_BATCHES))
 
     def predict_dataset(self, data: PreparedData) -> tf.data.Dataset:
         d = tf.data.TFRecordDataset(data.path)
-        d = d.map(self._decode, num_parallel_calls=tf.data.AUTOTUNE)
-        return self._cut_to_buckets(d.batch(data.batch_size, drop_remainder=True)).prefetch(2)
+        d = d.map(self._decode, num_parallel_calls=tf_data.PARALLEL_CALLS)
+        batches = self._cut_to_buckets(d.batch(data.batch_size, drop_remainder=True))
+        return tf_data.untuned(batches.prefetch(tf_data.PREFETCH_BATCHES))
 
     def _cut_to_buckets(self, batches: tf.data.Dataset) -> tf.data.Dataset:
         """Each batch cut to its length bucket; the same batches in the same order."""
         if not self.trimmer.enabled:
             return batches
-        return batches.map(self.trimmer, num_parallel_calls=tf.data.AUTOTUNE)
+        return batches.map(self.trimmer, num_parallel_calls=tf_data.PARALLEL_CALLS)
 
     def padding_features(self) -> dict[str, Any]:
         """A padding row: every feature at its default, task_id = number of tasks."""

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from pretrain import pretrain_data
-from util import fs, record_check
+from util import fs, record_check, tf_data
 
 POSITION_KEY = "input_position"
 START = (0, -1)  # position "before the first record"
@@ -120,10 +120,10 @@ def _finish(batches: tf.data.Dataset, max_seq_length: int, input_context, global
         features[POSITION_KEY] = tf.tile(positions[-1:], [size, 1])
         return features
 
-    ds = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = batches.map(parse, num_parallel_calls=tf_data.PARALLEL_CALLS, deterministic=True)
     if per_replica != size:
         ds = ds.rebatch(per_replica, drop_remainder=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return tf_data.untuned(ds.prefetch(tf_data.PREFETCH_BATCHES))
 
 
 def train_dataset(files: list[str], *, seed: int, global_batch_size: int, max_seq_length: int,
@@ -174,7 +174,7 @@ def eval_dataset(files: list[str], *, global_batch_size: int, max_seq_length: in
     if not files:
         raise ValueError("no held-out data to evaluate on: set hparam eval_tfrecords or build the "
                          "data with held-out shards (metadata.json 'eval_files')")
-    records = tf.data.TFRecordDataset(sorted(files)).repeat()
+    records = tf_data.records(sorted(files)).repeat()
     numbered = records.enumerate().map(
         lambda index, record: (tf.stack([tf.constant(0, tf.int64), index]), record))
     batches = numbered.batch(global_batch_size, drop_remainder=True).take(num_batches)
@@ -185,5 +185,5 @@ def count_records(files: list[str]) -> int:
     """Number of records in `files` (reads them; meant for the small held-out set)."""
     if not files:
         return 0
-    return int(tf.data.TFRecordDataset(sorted(files)).reduce(
+    return int(tf_data.records(sorted(files)).reduce(
         tf.constant(0, tf.int64), lambda n, _: n + 1))

@@ -23,7 +23,7 @@ from model import tokenization
 from pretrain import data_record, evaluation, input_pipeline, pretrain_data
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
-from util import checkpoint, fs, io_utils, record_check, resume
+from util import checkpoint, fs, io_utils, record_check, resume, tf_data
 from util import training_utils as tu
 from util.hparams import HParamError
 
@@ -167,7 +167,7 @@ def _check_first_example(config: PretrainingConfig, group: _DataGroup) -> None:
     first = next((f for f in group.paths if fs.getsize(f) > 0), None)
     file_noun = group.noun[:-1]  # "held-out tfrecord"
     try:
-        records = list(tf.data.TFRecordDataset(first).take(1)) if first else []
+        records = list(tf_data.records(first).take(1)) if first else []
     except tf.errors.DataLossError as e:
         raise record_check.damaged_file_error([first], e, file_noun + " file") from None
     for record in records:

@@ -10,7 +10,7 @@ import struct
 
 import tensorflow as tf
 
-from util import fs
+from util import fs, tf_data
 
 
 class DamagedRecordFileError(ValueError):
@@ -23,7 +23,7 @@ def locate_damage(files: list[str]) -> tuple[str, int, str] | None:
     for path in files:
         good = 0
         try:
-            for _ in tf.data.TFRecordDataset(path):
+            for _ in tf_data.records(path):
                 good += 1
         except tf.errors.DataLossError as e:
             return path, good, _reason(e.message)

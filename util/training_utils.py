@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 
 import tensorflow as tf
 
-from util import fs, io_utils
+from util import fs, io_utils, tf_data
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
         if not name.startswith("events.out.tfevents"):
             continue
         try:
-            for record in tf.data.TFRecordDataset(os.path.join(logdir, name)):
+            for record in tf_data.records(os.path.join(logdir, name)):
                 event = tf.compat.v1.Event.FromString(record.numpy())
                 for value in event.summary.value:
                     number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")

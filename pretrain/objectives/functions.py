@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from pretrain import masking
+from util import tf_data
 
 # Logit of tokens the unigram generator never samples (special tokens): finite, so losses stay
 # finite, yet far below any real token.
@@ -31,7 +32,7 @@ def count_unigrams(files: list[str], vocab_size: int, max_seq_length: int,
 
     if not files:
         raise ValueError("unigram_generator: no training tfrecords to count token frequencies on")
-    dataset = tf.data.TFRecordDataset(sorted(files))
+    dataset = tf_data.records(sorted(files))
     if max_examples > 0:
         dataset = dataset.take(max_examples)
     dataset = dataset.batch(1024).map(
