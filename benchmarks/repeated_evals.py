@@ -37,9 +37,7 @@ def main() -> None:
         assert trainer_lib.__file__.startswith(os.path.abspath(args.code_root))
     machine = common.print_machine()
     with tempfile.TemporaryDirectory() as work:
-        held_out = os.path.join(work, "eval")
-        os.makedirs(held_out)
-        path = write_synthetic_tfrecords(held_out, args.seq_len, count=2 * args.eval_batch)
+        path = write_synthetic_tfrecords(work, args.seq_len, count=2 * args.eval_batch)
         hparams = config_hparams(args.size, args.batch, args.seq_len, args.dtype, False,
                                  eval_batch_size=args.eval_batch, num_eval_steps=args.eval_steps,
                                  pretrain_tfrecords=path, eval_tfrecords=path)

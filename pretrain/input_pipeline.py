@@ -174,7 +174,7 @@ def eval_dataset(files: list[str], *, global_batch_size: int, max_seq_length: in
     if not files:
         raise ValueError("no held-out data to evaluate on: set hparam eval_tfrecords or build the "
                          "data with held-out shards (metadata.json 'eval_files')")
-    records = tf_data.records(sorted(files)).repeat()
+    records = tf.data.TFRecordDataset(sorted(files)).repeat()
     numbered = records.enumerate().map(
         lambda index, record: (tf.stack([tf.constant(0, tf.int64), index]), record))
     batches = numbered.batch(global_batch_size, drop_remainder=True).take(num_batches)
