@@ -13,7 +13,7 @@ from finetune import task as task_lib
 from model import layers
 from model import modeling
 from util import checkpoint
-from util import distribution
+from util import distribution, stateless_random
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class FinetuningModel(tf.Module):
             seeds = None
             if training:
                 # Heads draw dropout seeds from their own stream, distinct from the encoder's.
-                seeds = layers.SeedStream(tf.random.experimental.stateless_fold_in(
+                seeds = layers.SeedStream(stateless_random.fold_in(
                     tf.cast(seed, tf.int64), 1_000_003 + i, alg=layers.RNG_ALG))
             task_losses, task_outputs = head(encoder_output, features, training=training,
                                              seeds=seeds, percent_done=percent_done)

@@ -22,7 +22,7 @@ from finetune import task as task_lib
 from model import optimization
 from util import checkpoint
 from util import distribution
-from util import step_engine
+from util import stateless_random, step_engine
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,9 @@ class TrialModel:
         step = self.optimizer.global_step.read_value()
         seed = tf.stack([self.seed.read_value(), step])
         if self.strategy.num_replicas_in_sync > 1:
-            seed = tf.random.experimental.stateless_fold_in(
-                seed, tf.distribute.get_replica_context().replica_id_in_sync_group)
+            seed = stateless_random.fold_in(
+                seed, tf.distribute.get_replica_context().replica_id_in_sync_group,
+                alg="auto_select")
         return features, (seed, tf.cast(step, tf.float32) / float(self.train_steps))
 
     def _loss(self, features, micro_batch, seed, percent_done):

@@ -20,6 +20,8 @@ import zlib
 
 import tensorflow as tf
 
+from util import stateless_random
+
 
 # Stateless RNG algorithm pinned: under XLA the default algorithm is ~100x slower on CPU.
 RNG_ALG = "philox"
@@ -72,9 +74,8 @@ class SeedStream:
             # [a random int32 drawn from `seed` alone, n]: that first half is drawn once here
             # (a Philox draw is a dozen graph ops to trace), not once per dropout layer. Drawn in
             # the graph the stream is made in, so branches and recomputations can capture it.
-            self._head = tf.random.stateless_uniform(
-                [], seed=tf.cast(seed, tf.int64), minval=None, maxval=None, dtype=tf.int32,
-                alg=RNG_ALG)
+            self._head = stateless_random.full_range([], tf.cast(seed, tf.int64), tf.int32,
+                                                     alg=RNG_ALG)
 
     def next(self):
         if self._head is None:
@@ -138,6 +139,10 @@ def elementwise_block(fn):
     # One compiled function per BLOCK_MATH_FLOAT32 value: each traces under its own value only.
     compiled = {math32: tf.function(fn, jit_compile=True, autograph=False)
                 for math32 in (True, False)}
+    # Unfused, the block is still a function, not compiled: traced once per input signature and
+    # a call node at each use (inlined into the step when it runs), instead of its ops traced
+    # again at every layer; about a fifth of the ops of a tiny model's step.
+    graph_ops = {math32: tf.function(fn, autograph=False) for math32 in (True, False)}
 
     @functools.wraps(fn)
     def run(*args):
@@ -148,7 +153,7 @@ def elementwise_block(fn):
         size = args[0].shape.num_elements()  # None: not known while tracing
         fused = (FUSE_ELEMENTWISE and getattr(_fusion, "enabled", True)
                  and (size is None or size >= MIN_FUSED_ELEMENTS))
-        return (compiled[BLOCK_MATH_FLOAT32] if fused else fn)(*args)
+        return (compiled if fused else graph_ops)[BLOCK_MATH_FLOAT32](*args)
 
     return run
 
@@ -167,10 +172,11 @@ def _random_bits(shape, seeds: SeedStream | None, training: bool, rate: float):
     if not training or rate <= 0.0:
         return None
     if DROPOUT_MASK_BITS == 32:
-        return tf.random.stateless_uniform(shape, seed=seeds.next(), alg=RNG_ALG)
+        return stateless_random.uniform(shape, seeds.next(), alg=RNG_ALG)
     count = (tf.reduce_prod(shape) + 1) // 2  # two 16-bit numbers per uint32
-    return tf.random.stateless_uniform(tf.reshape(count, [1]), seed=seeds.next(), minval=None,
-                                       maxval=None, dtype=tf.uint32, alg=RNG_ALG)
+    return stateless_random.full_range(tf.reshape(count, [1]), seeds.next(), tf.uint32,
+                                       alg=RNG_ALG)
+
 
 
 def _dropout(x: tf.Tensor, rate: float, bits) -> tf.Tensor:

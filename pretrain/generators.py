@@ -24,6 +24,7 @@ from model import modeling
 from pretrain import masking
 from pretrain.heads import GeneratorHead
 from pretrain.objectives import functions
+from util import stateless_random
 
 
 class GeneratorOutput(NamedTuple):
@@ -209,8 +210,7 @@ class TwoTowerEncoder(tf.Module):
     def __call__(self, input_ids, input_mask, segment_ids, *, training: bool, seed=None):
         seeds = [None, None]
         if training:
-            seeds = [tf.random.experimental.stateless_fold_in(seed, i, alg="philox")
-                     for i in (1, 2)]
+            seeds = [stateless_random.fold_in(seed, i, alg="philox") for i in (1, 2)]
         ltr = self.ltr(input_ids, input_mask, segment_ids, training=training, seed=seeds[0])
         rtl = self.rtl(input_ids, input_mask, segment_ids, training=training, seed=seeds[1])
         return tf.concat([_shift(ltr.sequence_output, -1), _shift(rtl.sequence_output, 1)], -1)

@@ -24,7 +24,7 @@ from pretrain import generators, masking
 from pretrain import rng as rng_lib
 from pretrain.objectives import ReplacedTokenDetection, build_objective
 from pretrain.objectives.base import Corrupted, Denominators, PretrainingOutput, Step, masked_lm
-from util import checkpoint
+from util import checkpoint, stateless_random
 
 class PretrainingModel(tf.Module):
     """The discriminator encoder `electra/`, a generator and an objective, built from a config.
@@ -125,8 +125,7 @@ def _dropout_seeds(training: bool, dropout_seed) -> tuple:
         return None, None
     if dropout_seed is None:
         raise ValueError("dropout_seed is required when training")
-    return tuple(tf.random.experimental.stateless_fold_in(dropout_seed, i, alg="philox")
-                 for i in (1, 2))
+    return tuple(stateless_random.fold_in(dropout_seed, i, alg="philox") for i in (1, 2))
 
 
 def corrupt(masked: masking.MaskedInputs, sampled: tf.Tensor,

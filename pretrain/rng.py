@@ -18,6 +18,8 @@ TPUs), so a compiled step samples what the graph step samples.
 """
 import tensorflow as tf
 
+from util import stateless_random
+
 # Purposes: each draws an independent stream for the same (seed, step).
 MASK_POSITIONS = 1
 MASK_REPLACE = 2
@@ -29,9 +31,8 @@ _PHILOX = 1  # tf.random.Algorithm.PHILOX
 def stream_key(seed: int | tf.Tensor, step: tf.Tensor, purpose: int) -> tf.Tensor:
     """uint64 [1] Philox key for (seed, step, purpose)."""
     base = tf.stack([tf.cast(seed, tf.int64), tf.cast(step, tf.int64)])
-    folded = tf.random.experimental.stateless_fold_in(base, purpose, alg="philox")
-    return tf.random.stateless_uniform([1], seed=folded, minval=None, maxval=None,
-                                       dtype=tf.uint64, alg="philox")
+    folded = stateless_random.fold_in(base, purpose, alg="philox")
+    return stateless_random.full_range([1], folded, tf.uint64, alg="philox")
 
 
 class ExampleRng:

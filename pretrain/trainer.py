@@ -29,7 +29,7 @@ from pretrain import rng as rng_lib
 from pretrain.objectives import functions
 from pretrain.objectives.base import Denominators
 from pretrain.pretraining_model import PretrainingModel
-from util import checkpoint, distribution, preemption
+from util import checkpoint, distribution, preemption, stateless_random
 from util.step_engine import StepEngine
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class Trainer:
         size = self.per_replica_batch // self.config.gradient_accumulation_steps
         seed = tf.stack([tf.constant(self.seed, tf.int64), step])  # dropout: per replica and
         for salt in (replica, micro_batch):                         # micro-batch
-            seed = tf.random.experimental.stateless_fold_in(seed, salt, alg="philox")
+            seed = stateless_random.fold_in(seed, salt, alg="philox")
         rng = rng_lib.ExampleRng(self.seed, step, example_offset).shifted(micro_batch * size)
         out = self.model(masked, training=True, rng=rng, dropout_seed=seed,
                          denominators=denominators)
