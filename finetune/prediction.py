@@ -221,7 +221,7 @@ class Predictor:
                                      tf.int32 if spec.is_int_feature else tf.float32)
             for spec in self._specs})
         self._forward = tf.function(lambda features: model(features, training=False)[1],
-                                    input_signature=[signature])
+                                    input_signature=[signature], autograph=False)
 
     def _batch(self, rows: list[dict]) -> dict[str, tf.Tensor]:
         rows = rows + [self._padding] * (self._batch_size - len(rows))

@@ -111,7 +111,7 @@ class ServingModule(tf.Module):
         self.max_seq_length = max_seq_length
         spec = tf.TensorSpec([None, max_seq_length], tf.int32)
         self.serve = tf.function(self._serve, input_signature=[
-            tf.TensorSpec.from_spec(spec, name=n) for n in INPUTS])
+            tf.TensorSpec.from_spec(spec, name=n) for n in INPUTS], autograph=False)
 
     def _serve(self, input_ids, input_mask, segment_ids):
         batch_size = tf.shape(input_ids)[0]

@@ -128,8 +128,8 @@ class TrialModel:
 
         signature = bucketing.relaxed_signature(element_spec)
         if signature is None:
-            return tf.function(predict_step, reduce_retracing=True)
-        return tf.function(predict_step, input_signature=[signature])
+            return tf.function(predict_step, reduce_retracing=True, autograph=False)
+        return tf.function(predict_step, input_signature=[signature], autograph=False)
 
 
 class Cache:

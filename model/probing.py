@@ -135,7 +135,8 @@ class FeatureExtractor:
         self.batch_size = batch_size
         # One trace for every batch length (and every evaluation that reuses this extractor).
         ids_spec = tf.TensorSpec([None, None], tf.int32)
-        self._forward = tf.function(self._layers, input_signature=[ids_spec, ids_spec])
+        self._forward = tf.function(self._layers, input_signature=[ids_spec, ids_spec],
+                                    autograph=False)
 
     def _layers(self, ids, mask):
         out = self.encoder(ids, mask, tf.zeros_like(ids), training=False)
@@ -251,7 +252,7 @@ _BETA1, _BETA2, _EPSILON = 0.9, 0.999, 1e-8
                               tf.TensorSpec([None], tf.int32),
                               tf.TensorSpec([None, None], tf.int32),
                               tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
-                              tf.TensorSpec([], tf.float32)])
+                              tf.TensorSpec([], tf.float32)], autograph=False)
 def _fit(xs, ys, batches, num_classes, learning_rate, l2):
     """Weights and bias of the probe after one Adam update per row of `batches` (row indices),
     from zeros; the rate decays linearly to 0. Traced once per process: every probe, task and
