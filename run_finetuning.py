@@ -233,9 +233,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                           config.gcp_project)
     preemption.rearm()  # after the strategy: see util/preemption.py
-    # The steps' graphs run as traced: Grappler's rewrites cost ELECTRA-Small's first step about
-    # 1.6 s and made no later step faster (benchmarks/finetune_step_ab.py, BENCHMARKS.md).
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    training_utils.run_graphs_as_traced()
     tokenizer = task_builder.build_tokenizer(config)
     tasks = task_builder.get_tasks(config, tokenizer)
     data_files = []

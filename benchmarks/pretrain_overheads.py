@@ -56,10 +56,14 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--no-graph-rewrites", action="store_true",
                         help="run the graphs without Grappler's rewrites (as fine-tuning does)")
+    parser.add_argument("--graph-options", default=None, metavar="JSON",
+                        help="Grappler options for tf.config.optimizer.set_experimental_options, "
+                             "e.g. '{\"constant_folding\": false}' (which rewrites pay)")
     args = parser.parse_args()
     if args.no_graph_rewrites:
-        import tensorflow as tf
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    if args.graph_options:
+        tf.config.optimizer.set_experimental_options(json.loads(args.graph_options))
     import shutil
     import tempfile
     work = args.work or tempfile.mkdtemp(prefix="pretrain_overheads_")
@@ -128,6 +132,7 @@ def main() -> None:
                "later_eval_s": round(sum(later) / len(later), 2),
                "eval_batches_s": round(batches_s, 2), "geometry_s": round(geometry_s, 2),
                "later_eval_over_steps": round(sum(later) / len(later) / steps_s, 2),
+               "graph_options": args.graph_options, "no_graph_rewrites": args.no_graph_rewrites,
                "load_before": load_before, "load_after": round(common.load_average(), 2),
                "machine": machine}
         common.emit(row)

@@ -11,6 +11,14 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def graphs_run_as_the_commands_run():
+    """In-process trainers run their graphs as the commands do (without Grappler's rewrites),
+    the same in every test whichever command a test ran before it in this worker."""
+    from util import training_utils
+    training_utils.run_graphs_as_traced()
 SHARED_DATA = pathlib.Path(
     os.environ.get("ELECTRA_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 

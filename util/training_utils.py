@@ -405,6 +405,15 @@ def all_finite(tensors: Iterable[tf.Tensor]) -> tf.Tensor:
     return tf.reduce_all(tf.stack(checks))
 
 
+def run_graphs_as_traced() -> None:
+    """Turns off Grappler's graph rewrites for this process, as both training commands run.
+
+    The rewrites cost ELECTRA-Small's first pre-training step about 4 s (15 -> 11 s) and its
+    first fine-tuning step about 1.6 s, and made no later step faster beyond noise (float32 and
+    bfloat16; BENCHMARKS.md, "Pre-training overheads" and "Fine-tuning end to end")."""
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
 def write_results(json_path: str, txt_path: str | None, results: Mapping[str, Any],
                   header: str | None = None) -> None:
     """Writes `results` as a JSON object and as sorted "key = value" lines, atomically."""
