@@ -28,6 +28,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import pretrain_throughput as pt  # noqa: E402
 
+# Stands for tf.config.optimizer's experimental options in VARIANTS: (GRAPH_OPTIONS, option,
+# value). They take effect when a function is instantiated for a call, so a variant holds them
+# around its timed steps as well as while it is built.
+GRAPH_OPTIONS = "@graph_options"
+
 # name -> [(module or class path, attribute, value while the variant is built and traced)]
 VARIANTS = {
     "current": [],
@@ -41,6 +46,8 @@ VARIANTS = {
     "auto_block_gradients": [("model.layers", "BACKWARD_BLOCKS", False)],
     # the AdamW update as graph ops instead of one compiled pass per variable
     "graph_update": [("model.optimization", "FUSE_UPDATE", False)],
+    # Grappler's graph rewrites on (run_pretraining.py runs without them; GRAPH_OPTIONS below)
+    "graph_rewrites": [(GRAPH_OPTIONS, "disable_meta_optimizer", False)],
     # all four levers off at once
     "before": [("model.layers", "FUSE_ELEMENTWISE", False),
                ("model.layers", "DROPOUT_MASK_BITS", 32),
@@ -60,15 +67,21 @@ def _resolve(path: str):
 @contextlib.contextmanager
 def variant(name: str):
     """The settings of variant `name` in place while a step is built and traced, then restored."""
-    targets = [(_resolve(path), attr, value) for path, attr, value in VARIANTS[name]]
+    import tensorflow as tf
+    options = {attr: value for path, attr, value in VARIANTS[name] if path == GRAPH_OPTIONS}
+    targets = [(_resolve(path), attr, value) for path, attr, value in VARIANTS[name]
+               if path != GRAPH_OPTIONS]
     saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in targets]
+    saved_options = tf.config.optimizer.get_experimental_options()
     for obj, attr, value in targets:
         setattr(obj, attr, value)
+    tf.config.optimizer.set_experimental_options(options)
     try:
         yield
     finally:
         for obj, attr, value in reversed(saved):
             setattr(obj, attr, value)
+        tf.config.optimizer.set_experimental_options(saved_options)
 
 
 def compare_curves(args, names: list[str], work: str) -> None:
@@ -124,7 +137,9 @@ def main() -> None:
         parser.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
 
     common.set_threads(args.threads)
+    from util import training_utils
     from util.hparams import parse_hparams_arg
+    training_utils.run_graphs_as_traced()  # as run_pretraining.py runs its graphs
     machine = common.print_machine()
     work = tempfile.mkdtemp(prefix="ab_step_")
     try:
@@ -145,10 +160,11 @@ def main() -> None:
         for i in range(args.pairs):
             for name in (names if i % 2 == 0 else names[::-1]):
                 ours = built[name]
-                c, start = common.cpu_seconds(), time.perf_counter()
-                result = ours.trainer.train_steps(ours.iterator, 1)
-                wall[name].append(time.perf_counter() - start)
-                cpu[name].append(common.cpu_seconds() - c)
+                with variant(name):  # its graph options hold for its calls too
+                    c, start = common.cpu_seconds(), time.perf_counter()
+                    result = ours.trainer.train_steps(ours.iterator, 1)
+                    wall[name].append(time.perf_counter() - start)
+                    cpu[name].append(common.cpu_seconds() - c)
                 if not result.finite:
                     raise RuntimeError(f"{name}: non-finite step {result.bad_metrics}")
         loads.append(common.load_average())
