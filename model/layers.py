@@ -71,8 +71,8 @@ class SeedStream:
         self._head = None
         if seed is not None:
             # The n-th seed is tf.random.experimental.stateless_fold_in(seed, n), which is
-            # [a random int32 drawn from `seed` alone, n]: that first half is drawn once here
-            # (a Philox draw is a dozen graph ops to trace), not once per dropout layer. Drawn in
+            # [a random int32 drawn from `seed` alone, n]: that first half is drawn once here,
+            # not once per dropout layer (util/stateless_random.py: the same numbers). Drawn in
             # the graph the stream is made in, so branches and recomputations can capture it.
             self._head = stateless_random.full_range([], tf.cast(seed, tf.int64), tf.int32,
                                                      alg=RNG_ALG)
@@ -141,7 +141,7 @@ def elementwise_block(fn):
                 for math32 in (True, False)}
     # Unfused, the block is still a function, not compiled: traced once per input signature and
     # a call node at each use (inlined into the step when it runs), instead of its ops traced
-    # again at every layer; about a fifth of the ops of a tiny model's step.
+    # again at every layer (the tiny models of the tests run all their blocks this way).
     graph_ops = {math32: tf.function(fn, autograph=False) for math32 in (True, False)}
 
     @functools.wraps(fn)
@@ -176,7 +176,6 @@ def _random_bits(shape, seeds: SeedStream | None, training: bool, rate: float):
     count = (tf.reduce_prod(shape) + 1) // 2  # two 16-bit numbers per uint32
     return stateless_random.full_range(tf.reshape(count, [1]), seeds.next(), tf.uint32,
                                        alg=RNG_ALG)
-
 
 
 def _dropout(x: tf.Tensor, rate: float, bits) -> tf.Tensor:
