@@ -142,8 +142,8 @@ def elementwise_block(fn):
     # Too small to compile, the block is still a function: traced once per input signature and
     # one call node at each use, instead of its ops traced again at every layer (tiny models run
     # all their blocks this way). Large unfused blocks (float32's packed encoder) stay inline:
-    # a function call is not inlined into a graph run without Grappler's rewrites, and its
-    # own invocation made ELECTRA-Small's packed float32 fine-tuning step 5% slower.
+    # as functions, ELECTRA-Small's packed float32 fine-tuning step measured 2-5% slower in
+    # pairs of runs (inside the host's drift, but every pair), for tracing it pays once a run.
     small = {math32: tf.function(fn, autograph=False) for math32 in (True, False)}
 
     @functools.wraps(fn)
