@@ -75,13 +75,15 @@ def variant(name: str):
     saved_options = tf.config.optimizer.get_experimental_options()
     for obj, attr, value in targets:
         setattr(obj, attr, value)
-    tf.config.optimizer.set_experimental_options(options)
+    if options:
+        tf.config.optimizer.set_experimental_options(options)
     try:
         yield
     finally:
         for obj, attr, value in reversed(saved):
             setattr(obj, attr, value)
-        tf.config.optimizer.set_experimental_options(saved_options)
+        if options:
+            tf.config.optimizer.set_experimental_options(saved_options)
 
 
 def compare_curves(args, names: list[str], work: str) -> None:

@@ -41,6 +41,7 @@ import common  # noqa: E402  (sets sys.path and the TF log level)
 from util import console  # noqa: E402,F401  (TensorFlow's import, as the command does it)
 import tensorflow as tf  # noqa: E402,F401
 from pretrain import evaluation  # noqa: E402
+from util import training_utils  # noqa: E402
 from pretrain_throughput import build_trainer, config_hparams, write_synthetic_tfrecords  # noqa: E402
 AFTER_IMPORTS = time.time()
 
@@ -54,14 +55,15 @@ def main() -> None:
                         help="eval_batch_size (the hparam's default: 128)")
     parser.add_argument("--evals", type=int, default=3, help="periodic evals timed in a row")
     parser.add_argument("--work", default=None, help="work directory (default: a temp dir)")
-    parser.add_argument("--no-graph-rewrites", action="store_true",
-                        help="run the graphs without Grappler's rewrites (as fine-tuning does)")
+    parser.add_argument("--graph-rewrites", action="store_true",
+                        help="run the graphs with Grappler's rewrites (run_pretraining.py runs "
+                             "them without)")
     parser.add_argument("--graph-options", default=None, metavar="JSON",
                         help="Grappler options for tf.config.optimizer.set_experimental_options, "
                              "e.g. '{\"constant_folding\": false}' (which rewrites pay)")
     args = parser.parse_args()
-    if args.no_graph_rewrites:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    if not args.graph_rewrites:
+        training_utils.run_graphs_as_traced()  # as run_pretraining.py runs its graphs
     if args.graph_options:
         tf.config.optimizer.set_experimental_options(json.loads(args.graph_options))
     import shutil
@@ -132,7 +134,7 @@ def main() -> None:
                "later_eval_s": round(sum(later) / len(later), 2),
                "eval_batches_s": round(batches_s, 2), "geometry_s": round(geometry_s, 2),
                "later_eval_over_steps": round(sum(later) / len(later) / steps_s, 2),
-               "graph_options": args.graph_options, "no_graph_rewrites": args.no_graph_rewrites,
+               "graph_options": args.graph_options, "graph_rewrites": args.graph_rewrites,
                "load_before": load_before, "load_after": round(common.load_average(), 2),
                "machine": machine}
         common.emit(row)
