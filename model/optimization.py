@@ -16,6 +16,7 @@ from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from model import layers
 from util.checkpoint import checkpoint_name
 
 # Substrings (regular expressions, searched as the official code does) of variable names that get no
@@ -32,7 +33,10 @@ LearningRate = Union[float, Callable[[tf.Tensor], tf.Tensor]]
 # True: each variable's update (clipping scale, moments, Adam direction, decay, step) is one
 # XLA-compiled pass over memory instead of a dozen graph ops each reading and writing the whole
 # tensor; the same arithmetic in the same order. False: graph ops (benchmarks/ab_step.py measures
-# the difference). Read when a step is traced.
+# the difference). A model whose variables are all smaller than model/layers.py's
+# MIN_FUSED_ELEMENTS (the tiny models of tests) is updated by graph ops: compiling a function
+# per variable shape costs more than fusing saves on so few elements in a short run. Read when a
+# step is traced.
 FUSE_UPDATE = True
 
 
@@ -356,7 +360,7 @@ class AdamWeightDecay(tf.Module):
     # -- update ---------------------------------------------------------------------------------
 
     def apply(self, grads: Sequence[Optional[tf.Tensor]], variables: Sequence[tf.Variable],
-              global_norm: Optional[tf.Tensor] = None):
+              global_norm: Optional[tf.Tensor] = None, only_if: Optional[tf.Tensor] = None):
         """Clips `grads` by global norm, applies one AdamW update, increments global_step.
 
         Gradients that are None are skipped (their variables and slots are left unchanged), as in
@@ -368,6 +372,8 @@ class AdamWeightDecay(tf.Module):
           variables: the variables to update; all must have been built.
           global_norm: the global norm of the (dense) gradients when the caller has it
             already (tf.linalg.global_norm of the same tensors); computed here otherwise.
+          only_if: a boolean scalar tensor; False leaves every variable, slot and global_step
+            as they were (the update is computed and discarded, so a step needs no tf.cond).
 
         Returns:
           float32 scalar: the global norm of the gradients before clipping (for logging).
@@ -389,8 +395,9 @@ class AdamWeightDecay(tf.Module):
                     f"variable to build()."
                 )
 
+        increment = 1 if only_if is None else tf.cast(only_if, self.global_step.dtype)
         if not pairs:
-            self.global_step.assign_add(1)
+            self.global_step.assign_add(increment)
             return tf.constant(0.0, tf.float32)
         # Dense before the norm and clipping, as the official TPU code (docs/FIDELITY.md).
         raw = [tf.cast(tf.convert_to_tensor(g), tf.float32) for g, _ in pairs]
@@ -410,7 +417,9 @@ class AdamWeightDecay(tf.Module):
             t = tf.cast(step + 1, tf.float32)  # this update is the t-th, t >= 1
             corrections = (1.0 - tf.pow(self.beta_1, t), 1.0 - tf.pow(self.beta_2, t))
 
-        update_fn = _compiled_adamw_update if FUSE_UPDATE else _adamw_update
+        fused = FUSE_UPDATE and any(
+            var.shape.num_elements() >= layers.MIN_FUSED_ELEMENTS for _, var in pairs)
+        update_fn = _compiled_adamw_update if fused else _adamw_update
         for grad, (_, var) in zip(raw, pairs):
             name = checkpoint_name(var)
             m, v = self._slots[name]
@@ -422,11 +431,12 @@ class AdamWeightDecay(tf.Module):
             # elementwise_block says why).
             param, next_m, next_v = update_fn(
                 tf.convert_to_tensor(var), tf.convert_to_tensor(m), tf.convert_to_tensor(v),
-                grad, scale, var_lr, corrections, self.beta_1, self.beta_2, self.epsilon, decay)
+                grad, scale, var_lr, corrections, only_if, self.beta_1, self.beta_2, self.epsilon,
+                decay)
             var.assign(tf.cast(param, var.dtype))
             m.assign(next_m)
             v.assign(next_v)
-        self.global_step.assign_add(1)
+        self.global_step.assign_add(increment)
         return global_norm
 
     def apply_gradients(self, grads_and_vars: Iterable[Tuple[Optional[tf.Tensor], tf.Variable]]):
@@ -435,11 +445,12 @@ class AdamWeightDecay(tf.Module):
         return self.apply([g for g, _ in pairs], [v for _, v in pairs])
 
 
-def _adamw_update(param, m, v, grad, scale, lr, corrections, beta_1: float, beta_2: float,
-                  epsilon: float, decay: Optional[float]):
+def _adamw_update(param, m, v, grad, scale, lr, corrections, only_if, beta_1: float,
+                  beta_2: float, epsilon: float, decay: Optional[float]):
     """One AdamW update of one variable (AdamWeightDecay's docstring): (param, m, v) after it.
     `scale`: the clipping factor or None; `corrections`: Adam's bias corrections or None;
-    `decay`: the weight-decay rate, None for excluded variables."""
+    `only_if`: None, or a boolean scalar: False returns (param, m, v) unchanged; `decay`: the
+    weight-decay rate, None for excluded variables."""
     if scale is not None:
         grad = grad * scale
     param = tf.cast(param, tf.float32)
@@ -452,7 +463,12 @@ def _adamw_update(param, m, v, grad, scale, lr, corrections, beta_1: float, beta
     # Decoupled decay: added to the Adam direction, so it never enters m or v.
     if decay is not None:
         update += decay * param
-    return param - lr * update, next_m, next_v
+    next_param = param - lr * update
+    if only_if is None:
+        return next_param, next_m, next_v
+    # A skipped step (non-finite gradients): what they gave is discarded, exactly.
+    return (tf.where(only_if, next_param, param), tf.where(only_if, next_m, m),
+            tf.where(only_if, next_v, v))
 
 
 _compiled_adamw_update = tf.function(_adamw_update, jit_compile=True, autograph=False)

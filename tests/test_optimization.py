@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model import optimization
+from model import layers, optimization
 from util import checkpoint
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -417,7 +417,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    from model import optimization
+    from model import layers, optimization
     grads = json.loads(sys.argv[1])
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -465,24 +465,31 @@ def test_mirrored_strategy_replica_context(tmp_path):
             np.testing.assert_allclose(value, expected[name], rtol=1e-6, atol=1e-7)
 
 
-def _two_steps_state(fuse: bool, pass_norm: bool):
-    saved = optimization.FUSE_UPDATE
-    optimization.FUSE_UPDATE = fuse
+def _two_steps_state(fuse: bool, pass_norm: bool, second: str = "applied"):
+    """Weights and optimizer state after step 1 and a second step: "applied", "skipped" (NaN
+    gradients, only_if False) or "none"."""
+    saved = optimization.FUSE_UPDATE, layers.MIN_FUSED_ELEMENTS
+    # These variables are tiny: compiled only when no size threshold stands in the way.
+    optimization.FUSE_UPDATE, layers.MIN_FUSED_ELEMENTS = fuse, 0
     try:
         variables = make_variables()
         opt = optimization.AdamWeightDecay(0.1, bias_correction=True)
         opt.build(variables)
 
         @tf.function
-        def step(grads):
+        def step(grads, apply):
             norm = tf.linalg.global_norm(grads) if pass_norm else None
-            return opt.apply(grads, variables, global_norm=norm)
+            return opt.apply(grads, variables, global_norm=norm, only_if=apply)
 
-        for grads in (GRADS_STEP_1, GRADS_STEP_2):
-            step([tf.constant(g) for g in grads])
+        step([tf.constant(g) for g in GRADS_STEP_1], tf.constant(True))
+        grads = [tf.constant(g) for g in GRADS_STEP_2]
+        if second == "skipped":  # as a step with an overflow would hand them in
+            grads[0] = tf.fill(grads[0].shape, np.nan)
+        if second != "none":
+            step(grads, tf.constant(second == "applied"))
         return [v.numpy() for v in variables] + [s.numpy() for s in opt.variables]
     finally:
-        optimization.FUSE_UPDATE = saved
+        optimization.FUSE_UPDATE, layers.MIN_FUSED_ELEMENTS = saved
 
 
 def test_compiled_update_matches_graph_ops_and_a_given_norm_changes_nothing():
@@ -495,3 +502,32 @@ def test_compiled_update_matches_graph_ops_and_a_given_norm_changes_nothing():
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
     for got, want in zip(_two_steps_state(fuse=True, pass_norm=True), compiled):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_an_update_not_applied_leaves_weights_slots_and_step_as_they_were(fuse):
+    """only_if False (the step engine's non-finite step): NaN gradients change nothing, bit for
+    bit, and global_step does not advance."""
+    skipped = _two_steps_state(fuse, pass_norm=True, second="skipped")
+    for got, want in zip(skipped, _two_steps_state(fuse, pass_norm=True, second="none")):
+        np.testing.assert_array_equal(got, want)
+
+    def global_step(state):
+        return [int(x) for x in state if np.ndim(x) == 0]
+
+    assert global_step(skipped) == [1]
+    assert global_step(_two_steps_state(fuse, pass_norm=True)) == [2]
+
+
+def test_only_models_with_a_large_variable_compile_their_updates():
+    """Compiling an update costs more than it saves on a tiny model's variables."""
+    def traces_after_one_step(variables):
+        before = optimization._compiled_adamw_update.experimental_get_tracing_count()
+        opt = optimization.AdamWeightDecay(0.1)
+        opt.build(variables)
+        tf.function(lambda: opt.apply([tf.ones_like(v) for v in variables], variables))()
+        return optimization._compiled_adamw_update.experimental_get_tracing_count() - before
+
+    assert traces_after_one_step(make_variables()) == 0
+    large = tf.Variable(tf.zeros([layers.MIN_FUSED_ELEMENTS]), name="layer_1/dense/kernel")
+    assert traces_after_one_step(make_variables() + [large]) >= 1

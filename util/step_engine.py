@@ -11,10 +11,10 @@ One step:
      summed over `accumulation_steps` micro-batches (optionally XLA-compiled);
   2. per replica: ONE all-reduce of gradients and metrics; the gradient norm after it (with
      `clip_per_replica`, each replica's gradient is clipped before the all-reduce);
-  3. cross-replica, so every replica takes the same branch: finite metrics and norm -> the
-     optimizer update (clipping and AdamW: model/optimization.py); otherwise float16 skips the
-     step and halves the loss scale, and a non-finite step at scale 1 (or any in float32/bfloat16)
-     ends the loop without an update.
+  3. cross-replica, so every replica decides alike: finite metrics and norm -> the optimizer
+     update (clipping and AdamW: model/optimization.py); otherwise the update is discarded,
+     float16 skips the step and halves the loss scale, and a non-finite step at scale 1 (or any
+     in float32/bfloat16) ends the loop.
 `run` takes up to N steps in one tf.while_loop, and leaves it early after the step during which a
 stop was requested or the deadline passed (util/preemption.py).
 
@@ -169,8 +169,8 @@ class StepEngine:
             grads = [g / replicas for g in grads]
         return grads, tf.concat([metrics, [tf.linalg.global_norm(grads)]], 0)
 
-    def _apply(self, grads, values):
-        self.optimizer.apply(grads, self.variables, global_norm=values[-1])
+    def _apply(self, grads, values, ok=None):
+        self.optimizer.apply(grads, self.variables, global_norm=values[-1], only_if=ok)
 
     # -- the loop (cross-replica context) --------------------------------------------------------
 
@@ -185,14 +185,13 @@ class StepEngine:
             # at the smallest scale (1) means the model itself diverged.
             diverged = tf.logical_and(~ok, self.scaling.scale <= 1.0) if self.float16 else ~ok
             counts = tf.logical_or(ok, ~diverged) if self.count_skipped_steps else ok
-
-            def skip():
-                if self.count_skipped_steps:
-                    self.optimizer.global_step.assign_add(tf.cast(counts, tf.int64))
-                return 0
-
-            tf.cond(ok, lambda: self.strategy.run(self._apply, args=(grads, replica_values)) or 0,
-                    skip)
+            # Not a tf.cond: a step that is not applied computes its update and discards it
+            # (AdamWeightDecay.apply's only_if). The same result, and tracing a cond cost a
+            # placeholder for every variable and slot the branch captured.
+            self.strategy.run(self._apply, args=(grads, replica_values, ok))
+            if self.count_skipped_steps:
+                self.optimizer.global_step.assign_add(
+                    tf.cast(tf.logical_and(counts, ~ok), self.optimizer.global_step.dtype))
             if self.float16:
                 with tf.control_dependencies([diverged]):
                     self.scaling.update(ok)
