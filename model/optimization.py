@@ -34,7 +34,7 @@ LearningRate = Union[float, Callable[[tf.Tensor], tf.Tensor]]
 # XLA-compiled pass over memory instead of a dozen graph ops each reading and writing the whole
 # tensor; the same arithmetic in the same order. False: graph ops (benchmarks/ab_step.py measures
 # the difference). A model whose variables are all smaller than model/layers.py's
-# MIN_FUSED_ELEMENTS (the tiny models of tests) is updated by graph ops: compiling a function
+# MIN_FUSED_ELEMENTS (the tiny models of tests) runs the same function uncompiled: compiling it
 # per variable shape costs more than fusing saves on so few elements in a short run. Read when a
 # step is traced.
 FUSE_UPDATE = True
@@ -419,7 +419,8 @@ class AdamWeightDecay(tf.Module):
 
         fused = FUSE_UPDATE and any(
             var.shape.num_elements() >= layers.MIN_FUSED_ELEMENTS for _, var in pairs)
-        update_fn = _compiled_adamw_update if fused else _adamw_update
+        update_fn = (_compiled_adamw_update if fused else _traced_adamw_update if FUSE_UPDATE
+                     else _adamw_update)
         for grad, (_, var) in zip(raw, pairs):
             name = checkpoint_name(var)
             m, v = self._slots[name]
@@ -472,6 +473,8 @@ def _adamw_update(param, m, v, grad, scale, lr, corrections, only_if, beta_1: fl
 
 
 _compiled_adamw_update = tf.function(_adamw_update, jit_compile=True, autograph=False)
+# Graph ops traced once per process and variable shape, then one call node per variable.
+_traced_adamw_update = tf.function(_adamw_update, autograph=False)
 
 
 def create_optimizer(
