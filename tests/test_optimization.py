@@ -417,7 +417,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    from model import layers, optimization
+    from model import optimization
     grads = json.loads(sys.argv[1])
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
