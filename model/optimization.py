@@ -417,10 +417,12 @@ class AdamWeightDecay(tf.Module):
             t = tf.cast(step + 1, tf.float32)  # this update is the t-th, t >= 1
             corrections = (1.0 - tf.pow(self.beta_1, t), 1.0 - tf.pow(self.beta_2, t))
 
-        fused = FUSE_UPDATE and any(
-            var.shape.num_elements() >= layers.MIN_FUSED_ELEMENTS for _, var in pairs)
-        update_fn = (_compiled_adamw_update if fused else _traced_adamw_update if FUSE_UPDATE
-                     else _adamw_update)
+        if not FUSE_UPDATE:
+            update_fn = _adamw_update
+        elif any(var.shape.num_elements() >= layers.MIN_FUSED_ELEMENTS for _, var in pairs):
+            update_fn = _compiled_adamw_update
+        else:
+            update_fn = _traced_adamw_update
         for grad, (_, var) in zip(raw, pairs):
             name = checkpoint_name(var)
             m, v = self._slots[name]

@@ -19,6 +19,8 @@ def graphs_run_as_the_commands_run():
     the same in every test whichever command a test ran before it in this worker."""
     from util import training_utils
     training_utils.run_graphs_as_traced()
+
+
 SHARED_DATA = pathlib.Path(
     os.environ.get("ELECTRA_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
