@@ -234,6 +234,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
                                           config.gcp_project)
     preemption.rearm()  # after the strategy: see util/preemption.py
     training_utils.run_graphs_as_traced()
+    training_utils.collect_garbage_rarely()
     tokenizer = task_builder.build_tokenizer(config)
     tasks = task_builder.get_tasks(config, tokenizer)
     data_files = []

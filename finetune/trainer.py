@@ -75,6 +75,12 @@ def trial_dir(config: configure_finetuning.FinetuningConfig, trial: int) -> str:
     return f"{config.model_dir}_{trial}"
 
 
+def loop_block(steps_per_epoch: int, iterations_per_loop: int) -> int:
+    """Steps per host round trip: about 50 progress updates per epoch, at most
+    iterations_per_loop."""
+    return max(1, min(iterations_per_loop, steps_per_epoch // 50))
+
+
 class ModelRunner:
     """Builds the model of one trial; `initialize()`, then `train()` / `evaluate()` / `predict()`."""
 
@@ -206,8 +212,10 @@ class ModelRunner:
                  data.batch_size, data.n_real, step)
         summaries = training_utils.SummaryWriter(self.model_dir, enabled=self.is_chief)
         save_every = max(1, config.save_checkpoints_steps)
-        # Host round trips per epoch: enough for a smooth bar, few enough to cost nothing.
-        block = max(1, min(config.iterations_per_loop, max(1, steps_per_epoch // 50)))
+        # Host round trips per epoch: enough for a smooth bar, few enough to cost nothing. The
+        # first block is one step, so that the first progress line shows when tracing ended.
+        block = loop_block(steps_per_epoch, config.iterations_per_loop)
+        first_block = True
         saved_step, last_save_time = step, time.time()  # the state at `step` is on disk
         shapes = collections.Counter()  # rows, positions and real tokens of the steps run here
         try:
@@ -225,7 +233,9 @@ class ModelRunner:
                 while step < epoch_end:
                     if preemption.requested():
                         self._stop_for_preemption(saved_step)
-                    n = min(block, epoch_end - step, save_every - step % save_every)
+                    n = min(1 if first_block else block, epoch_end - step,
+                            save_every - step % save_every)
+                    first_block = False
                     steps = self.engine.run(iterator, n, preemption.deadline(
                         last_save_time, config.save_checkpoints_secs))
                     step, n = self.global_step, steps.ran

@@ -15,10 +15,12 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session", autouse=True)
 def graphs_run_as_the_commands_run():
-    """In-process trainers run their graphs as the commands do (without Grappler's rewrites),
-    the same in every test whichever command a test ran before it in this worker."""
+    """In-process trainers run their graphs as the commands do (without Grappler's rewrites,
+    Python's cycle collector run rarely), the same in every test whichever command a test ran
+    before it in this worker."""
     from util import training_utils
     training_utils.run_graphs_as_traced()
+    training_utils.collect_garbage_rarely()
 
 
 SHARED_DATA = pathlib.Path(

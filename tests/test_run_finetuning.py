@@ -15,7 +15,7 @@ from finetune import task_builder
 from finetune import trainer
 from finetune import trial_model
 from util import checkpoint
-from util import loss_scale, training_utils
+from util import loss_scale, step_engine, training_utils
 
 from tests.test_finetune_data import make_config, write_fixtures
 
@@ -83,9 +83,20 @@ def test_time_based_checkpoints_at_step_boundaries(tmp_path, monkeypatch):
     run_finetuning.run_finetuning(config)
     assert saved == [1, 2, 3, 4, 5, 6]
     saved.clear()
+    # Blocks of up to 100 steps: the first is one step (its progress line shows when tracing
+    # ended), the others run to each epoch's end.
+    monkeypatch.setattr(trainer, "loop_block", lambda steps_per_epoch, iterations: iterations)
+    blocks, real_run = [], step_engine.StepEngine.run
+
+    def recording_run(self, iterator, num_steps, *args):
+        blocks.append(num_steps)
+        return real_run(self, iterator, num_steps, *args)
+
+    monkeypatch.setattr(step_engine.StepEngine, "run", recording_run)
     run_finetuning.run_finetuning(fixture_config(tmp_path / "steps", num_train_epochs=2.0,
                                                  iterations_per_loop=100))
     assert saved == [3, 6]  # by steps alone: the end of each epoch
+    assert blocks == [1, 2, 3]
 
 
 def test_resuming_with_other_settings_is_refused_and_eval_only_runs(tmp_path):
