@@ -423,20 +423,13 @@ class AdamWeightDecay(tf.Module):
             update_fn = _compiled_adamw_update
         else:
             update_fn = _traced_adamw_update
-        # The decay rate enters as a value (0 for the excluded variables), so that decayed and
-        # excluded variables of one shape share a compiled update: ELECTRA-Small's first step
-        # compiles 12 updates instead of 24 (about 80 ms each here).
-        rates = ({rate: tf.constant(rate, tf.float32) for rate in (0.0, self.weight_decay_rate)}
-                 if self.weight_decay_rate else {})
         for grad, (_, var) in zip(raw, pairs):
             name = checkpoint_name(var)
             m, v = self._slots[name]
             var_lr = lr
             if self.lr_multipliers is not None:
                 var_lr = lr * self.lr_multipliers[name]
-            decay = None
-            if self.weight_decay_rate:
-                decay = rates[self.weight_decay_rate if self._use_weight_decay(name) else 0.0]
+            decay = self.weight_decay_rate if self._use_weight_decay(name) else None
             # Values, not variables, enter the compiled function (model/layers.py
             # elementwise_block says why).
             param, next_m, next_v = update_fn(
@@ -456,12 +449,11 @@ class AdamWeightDecay(tf.Module):
 
 
 def _adamw_update(param, m, v, grad, scale, lr, corrections, only_if, beta_1: float,
-                  beta_2: float, epsilon: float, decay: Optional[tf.Tensor]):
+                  beta_2: float, epsilon: float, decay: Optional[float]):
     """One AdamW update of one variable (AdamWeightDecay's docstring): (param, m, v) after it.
     `scale`: the clipping factor or None; `corrections`: Adam's bias corrections or None;
-    `only_if`: None, or a boolean scalar: False returns (param, m, v) unchanged; `decay`: None
-    (no weight decay in this optimizer), or the variable's rate as a float32 scalar (0 for the
-    excluded variables: adding 0 * param leaves the update as it was, up to a zero's sign)."""
+    `only_if`: None, or a boolean scalar: False returns (param, m, v) unchanged; `decay`: the
+    weight-decay rate, None for excluded variables."""
     if scale is not None:
         grad = grad * scale
     param = tf.cast(param, tf.float32)
