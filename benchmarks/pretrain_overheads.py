@@ -62,6 +62,7 @@ def main() -> None:
                         help="Grappler options for tf.config.optimizer.set_experimental_options, "
                              "e.g. '{\"constant_folding\": false}' (which rewrites pay)")
     args = parser.parse_args()
+    training_utils.collect_garbage_rarely()  # as run_pretraining.py sets its collector
     if not args.graph_rewrites:
         training_utils.run_graphs_as_traced()  # as run_pretraining.py runs its graphs
     if args.graph_options:
