@@ -215,7 +215,7 @@ class ModelRunner:
         # Host round trips per epoch: enough for a smooth bar, few enough to cost nothing. The
         # first block is one step, so that the first progress line shows when tracing ended.
         block = loop_block(steps_per_epoch, config.iterations_per_loop)
-        first_block = True
+        first_step = step
         saved_step, last_save_time = step, time.time()  # the state at `step` is on disk
         shapes = collections.Counter()  # rows, positions and real tokens of the steps run here
         try:
@@ -233,9 +233,8 @@ class ModelRunner:
                 while step < epoch_end:
                     if preemption.requested():
                         self._stop_for_preemption(saved_step)
-                    n = min(1 if first_block else block, epoch_end - step,
+                    n = min(1 if step == first_step else block, epoch_end - step,
                             save_every - step % save_every)
-                    first_block = False
                     steps = self.engine.run(iterator, n, preemption.deadline(
                         last_save_time, config.save_checkpoints_secs))
                     step, n = self.global_step, steps.ran
