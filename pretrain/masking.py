@@ -145,17 +145,22 @@ def sample_from_softmax(logits: tf.Tensor, uniform_noise: tf.Tensor,
                         disallow: tf.Tensor | None = None, temperature: float = 1.0) -> tf.Tensor:
     """Gumbel-max sampling: int32 ids [..., ] from logits [..., V] / temperature.
 
-    `uniform_noise` has the shape of `logits`; the noise is the official -log(-log(u + 1e-9) +
-    1e-9). `disallow` (0/1 [..., V]) takes 1000 off those logits, as the official code does.
+    `uniform_noise` has the shape of `logits`: float uniforms u in [0, 1), or uint32 random bits
+    (ExampleRng.bits), turned into the same u (rng.unit_floats) inside the fused block. The noise
+    is the official -log(-log(u + 1e-9) + 1e-9). `disallow` (0/1 [..., V]) takes 1000 off those
+    logits, as the official code does.
     """
     return tf.argmax(_gumbel_perturbed(logits, uniform_noise, disallow, temperature), axis=-1,
                      output_type=tf.int32)
 
 
-# One pass over [B, N, V] instead of six; the argmax stays in the graph, where TensorFlow's
-# kernel ran 4.5x faster than XLA's reduction (BENCHMARKS.md, "Speed levers").
+# One pass over [B, N, V] instead of nine (with the bits' conversion to floats); the argmax
+# stays in the graph, where TensorFlow's kernel ran 4.5x faster than XLA's reduction
+# (BENCHMARKS.md, "Speed levers").
 @layers.elementwise_block
 def _gumbel_perturbed(logits, uniform_noise, disallow, temperature: float):
+    if uniform_noise.dtype == tf.uint32:
+        uniform_noise = rng_lib.unit_floats(uniform_noise)
     logits = tf.cast(logits, tf.float32) / temperature
     if disallow is not None:
         logits -= 1000.0 * tf.cast(disallow, tf.float32)

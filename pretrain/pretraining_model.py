@@ -106,7 +106,7 @@ class PretrainingModel(tf.Module):
         logits = tf.stop_gradient(logits)
         disallow = (tf.one_hot(masked.masked_lm_ids, self.disc_config.vocab_size)
                     if self.config.disallow_correct else None)
-        noise = rng.uniform(tf.shape(logits), rng_lib.GUMBEL)
+        noise = rng.bits(tf.shape(logits), rng_lib.GUMBEL)
         return masking.sample_from_softmax(logits, noise, disallow, self.config.temperature)
 
     def model_variables(self) -> dict[str, tf.Variable]:

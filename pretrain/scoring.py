@@ -94,7 +94,7 @@ class ReplacedTokenScorer(tf.Module):
                                        masked.masked_lm_positions)
         disallow = (tf.one_hot(masked.masked_lm_ids, self.disc_config.vocab_size)
                     if disallow_correct else None)
-        noise = rng.uniform(tf.shape(logits), rng_lib.GUMBEL)
+        noise = rng.bits(tf.shape(logits), rng_lib.GUMBEL)
         sampled = masking.sample_from_softmax(logits, noise, disallow, float(temperature))
         original = masking.unmask(masked)
         fake, updated = masking.scatter_update(original, sampled, masked.masked_lm_positions)

@@ -170,6 +170,31 @@ def test_sampling_follows_the_softmax_and_temperature():
     np.testing.assert_allclose(hot, 0.25, atol=0.03)
 
 
+def test_sampling_from_the_bits_is_sampling_from_their_floats():
+    """The training step hands the Gumbel block raw bits (one pass less over [B, N, V]); the
+    perturbed logits are the same bits as from the floats, in the compiled block too (XLA
+    folded the kernel's `- 1.0` into the noise's `+ 1e-9` once: 1 in 200 numbers differed)."""
+    rng = _rng(step=5, offset=3)
+    logits = tf.random.stateless_normal([2, 3, 8192], seed=[1, 5]) * 3.0  # 49152: fused
+    assert logits.shape.num_elements() >= masking.layers.MIN_FUSED_ELEMENTS
+    disallow = tf.one_hot([[1, 2, 3], [4, 5, 6]], 8192)
+    bits = rng.bits(tf.shape(logits), rng_lib.GUMBEL)
+    floats = rng.uniform(tf.shape(logits), rng_lib.GUMBEL)
+    mantissa_bits = tf.constant(np.arange(1 << 23, dtype=np.uint32) | np.uint32(0xA5800000))
+    for jit in (False, True):
+        perturbed = tf.function(masking._gumbel_perturbed, jit_compile=jit, autograph=False)
+        from_bits, from_floats = (perturbed(logits, noise, disallow, 0.7).numpy()
+                                  for noise in (bits, floats))
+        np.testing.assert_array_equal(from_bits.view(np.uint32), from_floats.view(np.uint32))
+        # Every mantissa: the kernel's construction (bit-cast into [1, 2), minus 1) exactly.
+        reference = tf.bitcast(tf.bitwise.bitwise_or(
+            tf.bitwise.bitwise_and(mantissa_bits, 0x7FFFFF), 0x3F800000), tf.float32) - 1.0
+        converted = tf.function(rng_lib.unit_floats, jit_compile=jit)(mantissa_bits)
+        np.testing.assert_array_equal(converted.numpy(), reference.numpy())
+    np.testing.assert_array_equal(masking.sample_from_softmax(logits, bits, disallow).numpy(),
+                                  masking.sample_from_softmax(logits, floats, disallow).numpy())
+
+
 def test_sampling_disallow_never_picks_the_disallowed_token():
     logits = np.array([5.0, 0.0, 0.0, 0.0])
     disallow = tf.one_hot(tf.zeros([4000], tf.int32), 4)
