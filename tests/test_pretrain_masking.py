@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from model import layers
 from pretrain import masking
 from pretrain import rng as rng_lib
 
@@ -176,7 +177,7 @@ def test_sampling_from_the_bits_is_sampling_from_their_floats():
     folded the kernel's `- 1.0` into the noise's `+ 1e-9` once: 1 in 200 numbers differed)."""
     rng = _rng(step=5, offset=3)
     logits = tf.random.stateless_normal([2, 3, 8192], seed=[1, 5]) * 3.0  # 49152: fused
-    assert logits.shape.num_elements() >= masking.layers.MIN_FUSED_ELEMENTS
+    assert logits.shape.num_elements() >= layers.MIN_FUSED_ELEMENTS
     disallow = tf.one_hot([[1, 2, 3], [4, 5, 6]], 8192)
     bits = rng.bits(tf.shape(logits), rng_lib.GUMBEL)
     floats = rng.uniform(tf.shape(logits), rng_lib.GUMBEL)
