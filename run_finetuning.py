@@ -233,8 +233,7 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                           config.gcp_project)
     preemption.rearm()  # after the strategy: see util/preemption.py
-    training_utils.run_graphs_as_traced()
-    training_utils.collect_garbage_rarely()
+    training_utils.run_as_the_commands_run()
     tokenizer = task_builder.build_tokenizer(config)
     tasks = task_builder.get_tasks(config, tokenizer)
     data_files = []

@@ -62,8 +62,7 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
         strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                               config.gcp_project)
         preemption.rearm()  # after the strategy: see util/preemption.py
-    tu.run_graphs_as_traced()
-    tu.collect_garbage_rarely()
+    tu.run_as_the_commands_run()
     with distribution.leave_together(strategy) as parting:
         metrics = _train_or_eval(config, strategy)
     if parting.chief_outcome == "Preempted":  # the chief stopped in its own part of the eval

@@ -141,8 +141,7 @@ def main() -> None:
     common.set_threads(args.threads)
     from util import training_utils
     from util.hparams import parse_hparams_arg
-    training_utils.run_graphs_as_traced()  # as run_pretraining.py runs its graphs
-    training_utils.collect_garbage_rarely()  # and sets its collector
+    training_utils.run_as_the_commands_run()  # as run_pretraining.py runs its graphs
     machine = common.print_machine()
     work = tempfile.mkdtemp(prefix="ab_step_")
     try:

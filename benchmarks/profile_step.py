@@ -22,6 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import pretrain_throughput as pt  # noqa: E402
 
+XLA_EVENT = "CpuExecutable:"  # "CpuExecutable::ExecuteAsyncOnStream" split at its last ":"
+
+
 def part_of(name: str) -> str:
     """Which phase an op belongs to, from its name in the traced train loop.
 
@@ -37,9 +40,6 @@ def part_of(name: str) -> str:
     if "global_norm" in name:
         return "clipping"
     return "forward (masking, sampling, losses)"
-
-
-XLA_EVENT = "CpuExecutable:"  # "CpuExecutable::ExecuteAsyncOnStream" split at its last ":"
 
 
 def summarise_trace(logdir: str):

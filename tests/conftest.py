@@ -19,8 +19,7 @@ def graphs_run_as_the_commands_run():
     Python's cycle collector run rarely), the same in every test whichever command a test ran
     before it in this worker."""
     from util import training_utils
-    training_utils.run_graphs_as_traced()
-    training_utils.collect_garbage_rarely()
+    training_utils.run_as_the_commands_run()
 
 
 SHARED_DATA = pathlib.Path(

@@ -426,6 +426,13 @@ def collect_garbage_rarely() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
+def run_as_the_commands_run() -> None:
+    """Both training commands' process settings, for anything that runs their trainers in-process
+    (tests, benchmarks): graphs as traced, Python's cycle collector run rarely."""
+    run_graphs_as_traced()
+    collect_garbage_rarely()
+
+
 def write_results(json_path: str, txt_path: str | None, results: Mapping[str, Any],
                   header: str | None = None) -> None:
     """Writes `results` as a JSON object and as sorted "key = value" lines, atomically."""
