@@ -123,12 +123,18 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
                 not preemption.requested(trainer.strategy):
             # The previous run stopped between this checkpoint and its eval: still owed.
             _eval_or_stop(config, trainer, files.eval, chief, writer, monitor, saved_step, save)
+        first_step, block_end = step, step
         while step < config.num_train_steps:
             if preemption.requested(trainer.strategy):  # every worker votes, then all stop
                 _stop_for_preemption(trainer, saved_step, save)
+            if block_end <= step:
+                block_end = _next_stop(step, config)
             loop_start = time.time()
+            # The first block is one step, so that its progress line marks when tracing and the
+            # first compiles ended; the next one ends where the first would have (blocks do
+            # not change results).
             result = trainer.train_steps(
-                iterator, _next_stop(step, config) - step,
+                iterator, 1 if step == first_step else block_end - step,
                 deadline=preemption.deadline(last_save_time, config.save_checkpoints_secs))
             elapsed = time.time() - loop_start
             step = trainer.global_step

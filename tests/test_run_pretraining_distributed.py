@@ -29,10 +29,11 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import run_pretraining
 from configure_pretraining import PretrainingConfig
-config = PretrainingConfig.from_hparams("mirrored", sys.argv[1], json.loads(sys.argv[2]))
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert strategy.num_replicas_in_sync == 2
-run_pretraining.train_or_eval(config, strategy)
+for name, hparams in json.loads(sys.argv[2]).items():  # one process: imports paid once
+    run_pretraining.train_or_eval(PretrainingConfig.from_hparams(name, sys.argv[1], hparams),
+                                  strategy)
 """
 
 
@@ -66,15 +67,13 @@ def _curve(model_dir):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     data_dir = fx.write_data(str(tmp_path_factory.mktemp("data")))
+    # Accumulators are per-replica (ON_READ) variables: each replica sums its own
+    # micro-batches, the all-reduce comes after.
+    mirrored = {"mirrored": _hparams(),
+                "mirrored_accumulation": _hparams(gradient_accumulation_steps=2)}
     procs = {"mirrored": subprocess.Popen(
-        [sys.executable, "-c", MIRRORED_SCRIPT, data_dir, json.dumps(_hparams())],
-        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
-        # Accumulators are per-replica (ON_READ) variables: each replica sums its own
-        # micro-batches, the all-reduce comes after.
-        "mirrored_accumulation": subprocess.Popen(
-            [sys.executable, "-c", MIRRORED_SCRIPT.replace('"mirrored"', '"mirrored_accumulation"'),
-             data_dir, json.dumps(_hparams(gradient_accumulation_steps=2))],
-            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)}
+        [sys.executable, "-c", MIRRORED_SCRIPT, data_dir, json.dumps(mirrored)],
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)}
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     for index in range(2):
