@@ -21,8 +21,6 @@ import numpy as np
 import pytest
 
 import pretrain_fixtures as fx
-import run_finetuning
-import run_pretraining
 from util import checkpoint, preemption, workers
 
 from tests.test_finetune_data import VOCAB, write_fixtures
@@ -172,6 +170,7 @@ def test_pretraining_sigterm_then_sigint_mid_loop_save_and_resume_bit_for_bit(tm
     # the stop request can end the loop early and only the preemption save can write.
     hparams = fx.tiny_hparams(num_train_steps=LONG, iterations_per_loop=LONG,
                               save_checkpoints_steps=0, do_eval=False)
+    reference = Run(_script("run_pretraining.py", data, "reference", hparams))
     command = _script("run_pretraining.py", data, "victim", hparams)
     model_dir = os.path.join(data, "models", "victim")
 
@@ -195,8 +194,7 @@ def test_pretraining_sigterm_then_sigint_mid_loop_save_and_resume_bit_for_bit(tm
     last = Run(command)
     assert last.finish() == 0, last.stderr[-3000:]
     assert f"at step {step2}" in last.stderr
-    # The uninterrupted run, in this process: the same code and settings as the command.
-    assert run_pretraining.main(_script("run_pretraining.py", data, "reference", hparams)[1:]) == 0
+    assert reference.finish() == 0, reference.stderr[-3000:]
     got = _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
     assert int(got["global_step"]) == LONG
 
@@ -205,6 +203,7 @@ def test_pretraining_signal_during_a_checkpoint_write_completes_it_then_stops(tm
     data = fx.write_data(str(tmp_path / "data"))
     hparams = fx.tiny_hparams(num_train_steps=12, save_checkpoints_steps=4,
                               iterations_per_loop=2, do_eval=False)
+    reference = Run(_script("run_pretraining.py", data, "reference", hparams))
     model_dir = os.path.join(data, "models", "victim")
     command = _script("run_pretraining.py", data, "victim", hparams)
 
@@ -223,11 +222,12 @@ def test_pretraining_signal_during_a_checkpoint_write_completes_it_then_stops(tm
                              text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "model.ckpt-8 at step 8" in resumed.stderr
-    assert run_pretraining.main(_script("run_pretraining.py", data, "reference", hparams)[1:]) == 0
+    assert reference.finish() == 0, reference.stderr[-3000:]
     _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
 
 
 def test_time_based_checkpoints_at_step_boundaries(tmp_path):
+    import run_pretraining
     from configure_pretraining import PretrainingConfig
 
     data = fx.write_data(str(tmp_path / "data"))
@@ -261,6 +261,7 @@ def test_finetuning_trial_sigterm_saves_and_resumes_bit_for_bit(tmp_path):
     for name in ("reference", "victim"):
         write_fixtures(tmp_path / name, tasks={"sst"})
         (tmp_path / name / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    reference = Run(_script("run_finetuning.py", tmp_path / "reference", "m", hparams))
     command = _script("run_finetuning.py", tmp_path / "victim", "m", hparams)
     trial_dir = tmp_path / "victim" / "models" / "m" / "finetuning_models" / "sst_model_1"
 
@@ -277,8 +278,7 @@ def test_finetuning_trial_sigterm_saves_and_resumes_bit_for_bit(tmp_path):
     resumed = Run(command)
     assert resumed.finish() == 0, resumed.stderr[-3000:]
     assert f"(step {step})" in resumed.stderr
-    assert run_finetuning.main(
-        _script("run_finetuning.py", tmp_path / "reference", "m", hparams)[1:]) == 0
+    assert reference.finish() == 0, reference.stderr[-3000:]
     ref_trial = tmp_path / "reference" / "models" / "m" / "finetuning_models" / "sst_model_1"
     _assert_bit_identical(ref_trial, trial_dir)
     results = "models/m/results/sst_results.json"

@@ -15,8 +15,6 @@ import sys
 import numpy as np
 
 import pretrain_fixtures as fx
-import run_finetuning
-import run_pretraining
 from util import checkpoint
 
 from tests.test_finetune_data import VOCAB, write_fixtures
@@ -54,6 +52,9 @@ def test_pretraining_killed_between_data_and_index_rename_resumes_exactly(tmp_pa
     data = fx.write_data(str(tmp_path / "data"))
     hparams = fx.tiny_hparams(num_train_steps=12, save_checkpoints_steps=4, iterations_per_loop=2,
                               do_eval=True, keep_checkpoint_max=2)
+    reference = subprocess.Popen(
+        [sys.executable] + _script("run_pretraining.py", data, "reference", hparams),
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     model_dir = os.path.join(data, "models", "victim")
     command = _script("run_pretraining.py", data, "victim", hparams)
 
@@ -70,8 +71,8 @@ def test_pretraining_killed_between_data_and_index_rename_resumes_exactly(tmp_pa
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr and "model.ckpt-4 at step 4" in resumed.stderr
     assert "taking over stale lock" in resumed.stderr
-    # The uninterrupted run, in this process: the same code and settings as the command.
-    assert run_pretraining.main(_script("run_pretraining.py", data, "reference", hparams)[1:]) == 0
+    _, reference_err = reference.communicate(timeout=600)
+    assert reference.returncode == 0, reference_err[-3000:]
 
     ref_dir = os.path.join(data, "models", "reference")
     assert int(_assert_same_tensors(ref_dir, model_dir)["global_step"]) == 12
@@ -97,6 +98,9 @@ def test_finetuning_killed_before_the_state_file_update_resumes_exactly(tmp_path
     for name in ("reference", "victim"):
         write_fixtures(tmp_path / name, tasks={"cola", "sst"})
         (tmp_path / name / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    reference = subprocess.Popen(
+        [sys.executable] + _script("run_finetuning.py", tmp_path / "reference", "m", hparams),
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     command = _script("run_finetuning.py", tmp_path / "victim", "m", hparams)
     trial_dir = tmp_path / "victim" / "models" / "m" / "finetuning_models" / "cola,sst_model_1"
 
@@ -111,8 +115,8 @@ def test_finetuning_killed_before_the_state_file_update_resumes_exactly(tmp_path
                              text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr and "(step 4)" in resumed.stderr
-    assert run_finetuning.main(
-        _script("run_finetuning.py", tmp_path / "reference", "m", hparams)[1:]) == 0
+    _, reference_err = reference.communicate(timeout=600)
+    assert reference.returncode == 0, reference_err[-3000:]
 
     ref_trial = tmp_path / "reference" / "models" / "m" / "finetuning_models" / "cola,sst_model_1"
     assert int(_assert_same_tensors(str(ref_trial), str(trial_dir))["global_step"]) == 9
