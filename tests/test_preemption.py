@@ -166,8 +166,8 @@ LONG = 300
 
 def test_pretraining_sigterm_then_sigint_mid_loop_save_and_resume_bit_for_bit(tmp_path):
     data = fx.write_data(str(tmp_path / "data"))
-    # One in-graph loop for the whole run and no step-based checkpoint before the end: only
-    # the stop request can end the loop early and only the preemption save can write.
+    # After the first step, one in-graph loop for the rest and no step-based checkpoint before
+    # the end: only the stop request can end the loop early and only the preemption save writes.
     hparams = fx.tiny_hparams(num_train_steps=LONG, iterations_per_loop=LONG,
                               save_checkpoints_steps=0, do_eval=False)
     reference = Run(_script("run_pretraining.py", data, "reference", hparams))
