@@ -69,9 +69,9 @@ class Progress:
                  use_bar: bool | None = None, min_log_interval: float = 0.0, stream=None):
         self.total, self.step, self.enabled = total, initial, enabled
         self.desc = desc
-        self._start_step, self._start = initial, time.time()
-        self._last_time = self._start
+        self._last_time = time.time()
         self._last_log = 0.0
+        self._pace_from: tuple[float, int] | None = None  # (time, step) of the first update
         self.min_log_interval = min_log_interval
         self.examples_per_sec: float | None = None
         stream = stream or sys.stderr
@@ -87,10 +87,15 @@ class Progress:
                                         "[{elapsed}<{remaining}{postfix}]")
 
     def eta_secs(self) -> float | None:
-        done = self.step - self._start_step
+        """Seconds left at the pace since the first update (the first block of a run holds its
+        tracing and compiles, seconds that later steps do not repeat); None before that."""
+        if self._pace_from is None:
+            return None
+        since, from_step = self._pace_from
+        done = self.step - from_step
         if done <= 0:
             return None
-        return (time.time() - self._start) / done * max(0, self.total - self.step)
+        return (time.time() - since) / done * max(0, self.total - self.step)
 
     def update(self, step: int, examples: int | None = None, **metrics: Any) -> None:
         now = time.time()
@@ -98,6 +103,7 @@ class Progress:
             self.examples_per_sec = examples / (now - self._last_time)
         self._last_time = now
         delta, self.step = step - self.step, step
+        self._pace_from = self._pace_from or (now, step)
         if not self.enabled:
             return
         shown = dict(metrics)
