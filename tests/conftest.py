@@ -86,6 +86,18 @@ SLOW_RUNS = {
     "test_run_finetuning.py::test_halted_trial_resumes_to_the_same_weights",
     # Two trials trained and evaluated, cut and full: the equality of whole runs.
     "test_bucketing.py::test_training_and_predictions_equal_full_padding",
+    # Over 10 s on the float32 hosts (tracing several trainers, float16 emulated on the CPU,
+    # worker processes that each import TensorFlow), each the only test of its point:
+    # three trials on two tasks, a fresh model against the reused one, then a re-run;
+    "test_run_finetuning.py::test_trials_median_and_finished_trials_are_reused",
+    # a run thrown to NaN by a learning rate of 1e30, from a copy of the module's run;
+    "test_reliability_faults.py::test_nan_loss_stops_the_run_with_the_step_and_keeps_the_last_good_checkpoint",
+    # float16 loss scaling: overflowing steps skipped until the scale fits;
+    "test_run_pretraining.py::test_float16_uses_dynamic_loss_scaling_and_skips_overflows",
+    # one step of the full batch against four accumulated micro-batches, two trainers;
+    "test_run_pretraining.py::test_gradient_accumulation_matches_the_full_batch",
+    # a build by two worker processes reading and writing file:// URLs.
+    "test_build_pretraining_dataset.py::test_worker_processes_read_and_write_through_urls",
 }
 
 
