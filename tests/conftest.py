@@ -87,7 +87,8 @@ SLOW_RUNS = {
     # Two trials trained and evaluated, cut and full: the equality of whole runs.
     "test_bucketing.py::test_training_and_predictions_equal_full_padding",
     # Over 10 s on the float32 hosts (tracing several trainers, float16 emulated on the CPU,
-    # worker processes that each import TensorFlow), each the only test of its point:
+    # worker processes that each import TensorFlow); the fast loop keeps cheaper tests of the
+    # same modules (float16 skips and accumulation in test_step_engine.py):
     # three trials on two tasks, a fresh model against the reused one, then a re-run;
     "test_run_finetuning.py::test_trials_median_and_finished_trials_are_reused",
     # a run thrown to NaN by a learning rate of 1e30, from a copy of the module's run;
