@@ -119,7 +119,7 @@ def test_a_uniform_generator_stays_healthy(real_text_data):
 @pytest.fixture(scope="module")
 def demo_recipe_run(tmp_path_factory):
     """demo.py's corpus, vocabulary and pre-training recipe (float32, as on a host without
-    bfloat16), trained 150 of its 1000 steps with evals at steps 100 and 150."""
+    bfloat16), trained 175 of its 1000 steps with evals at steps 100 and 175."""
     work = tmp_path_factory.mktemp("demo_recipe")
     subprocess.run([sys.executable, str(REPO_ROOT / "demo.py"), "--write-corpus", str(work)],
                    check=True, capture_output=True)
@@ -129,22 +129,22 @@ def demo_recipe_run(tmp_path_factory):
         str(tfrecords), "--max-seq-length", "128", "--no-progress"]) == 0
     hparams = demo.pretrain_hparams(str(tfrecords / "spm.model"), 4000, 1000, "float32")
     config = PretrainingConfig.from_hparams("demo", str(work), hparams)
-    _first_steps(config, blocks=(100, 50))
+    _first_steps(config, blocks=(100, 75))
     return config
 
 
 def test_the_demos_recipe_is_healthy_at_its_first_eval_then_its_discriminator_stalls(
         demo_recipe_run):
     """The first eval after warm-up is healthy (real-token AUC 0.74 in the measured run); by
-    step 150 the 1/4-width generator at temperature 1 has left the 3-layer discriminator
-    ranking replaced tokens near chance (0.66; 0.60 at step 200) and calling none replaced:
+    step 175 the 1/4-width generator at temperature 1 has left the 3-layer discriminator
+    ranking replaced tokens near chance (0.61; 0.60 at step 200) and calling none replaced:
     disc_stalled, true there (docs/PRETRAINING.md, "Reading a run"). The stall rule is checked
-    from step 120 on (100 warm-up steps + 20), so step 150 is the earliest eval that shows it
-    with a margin (at step 125 the real-token AUC was 0.70, at the rule's line)."""
+    from step 120 on (100 warm-up steps + 20); the AUC reached the rule's 0.70 line at step 125
+    and was 0.66 at 150, so step 175 shows the stall with about the margin step 200 had."""
     history = evaluation.read_history(demo_recipe_run)
     assert [(h["global_step"], h["health"]) for h in history] == [
-        (100, {}), (150, {"disc_stalled": 150})]
-    assert history[0]["disc_auc_real"] > 0.7 > 0.68 > history[1]["disc_auc_real"]
+        (100, {}), (175, {"disc_stalled": 175})]
+    assert history[0]["disc_auc_real"] > 0.7 > 0.65 > history[1]["disc_auc_real"]
     assert history[1]["disc_positive_rate"] < 0.001 < history[0]["disc_positive_rate"]
     # Not a collapse: the token vectors still differ.
     assert history[1]["repr_mean_cosine"] < 0.9 and history[1]["repr_min_dim_spread"] > 0.3
