@@ -5,6 +5,7 @@ Built from tf.Module (no Keras). Every variable carries the official checkpoint 
 `electra/encoder/layer_0/attention/self/query/kernel`, with kernels oriented [in, out], so a
 checkpoint of the official release loads by name and ours reads in tools that read those.
 """
+import contextlib
 import copy
 import dataclasses
 import json
@@ -215,6 +216,29 @@ class TransformerLayer(tf.Module):
         self.output_dense = layers.Dense(f, h, f"{scope}/output/dense", stddev=std, seed=seed)
         self.output_norm = layers.LayerNorm(h, f"{scope}/output/LayerNorm")
 
+    _WEIGHTS = [(part, name) for part in ("query", "key", "value", "attention_output")
+                for name in ("kernel", "bias")] + [
+        ("attention_norm", "gamma"), ("attention_norm", "beta"), ("intermediate", "kernel"),
+        ("intermediate", "bias"), ("output_dense", "kernel"), ("output_dense", "bias"),
+        ("output_norm", "gamma"), ("output_norm", "beta")]
+
+    def weights(self) -> list:
+        """The layer's variables, in one fixed order (`with_weights` takes the same order)."""
+        return [getattr(getattr(self, part), name) for part, name in self._WEIGHTS]
+
+    @contextlib.contextmanager
+    def with_weights(self, weights: list):
+        """Within: the layer computes with `weights` (tensors) in place of its own variables.
+        Plain attribute writes, so that tf.Module does not track the tensors; restored after."""
+        own = self.weights()
+        try:
+            for (part, name), w in zip(self._WEIGHTS, weights):
+                object.__setattr__(getattr(self, part), name, w)
+            yield self
+        finally:
+            for (part, name), w in zip(self._WEIGHTS, own):
+                object.__setattr__(getattr(self, part), name, w)
+
     def __call__(self, x, attention_bias, *, batch_size, seq_len, training: bool, seeds,
                  packing: token_packing.Packing | None = None):
         """x: [B*L, H] (kept 2-D so every matmul is one large GEMM), or with `packing` [T, H],
@@ -242,6 +266,15 @@ class TransformerLayer(tf.Module):
                                     seeds, training)
         ffn = self.output_dense(self.intermediate(x))
         return layers.dropout_add_norm(ffn, x, self.output_norm, rate, seeds, training)
+
+
+# True: the encoder's layers run through one traced function per model, called with each
+# layer's weights, so a 12-layer model traces one layer (and its gradient) instead of twelve:
+# ELECTRA-Small's first fine-tuning step took 9.8 s instead of 14.1 s (BENCHMARKS.md,
+# "Fine-tuning end to end"). TensorFlow inlines the calls when it runs the step, so the graph it
+# runs and every number are the same. False: each layer's ops are traced in place. Read when a
+# step is traced.
+SHARE_LAYER_TRACE = True
 
 
 class _FixedSeeds:
@@ -282,6 +315,8 @@ class BertModel(tf.Module):
         self.dtype = COMPUTE_DTYPES[compute_dtype]
         # Training keeps only each layer's input; the backward pass recomputes the rest.
         self.recompute_grad = recompute_grad
+        # Not tracked by tf.Module (not part of checkpoints or exported models).
+        object.__setattr__(self, "_layer_function", None)
         self.remove_padding = remove_padding
         # Packed, the per-token shapes change with every batch's number of real tokens, and XLA
         # compiles the fused elementwise blocks for each. In float32 the blocks as graph ops take
@@ -347,11 +382,33 @@ class BertModel(tf.Module):
 
             if training and self.recompute_grad:
                 x = tf.recompute_grad(run)(x, attention_bias)
+            elif SHARE_LAYER_TRACE:
+                # Values, not variables, enter the function (model/layers.py elementwise_block
+                # says why); the gradients reach the variables through these reads.
+                x = self._shared_layer([tf.convert_to_tensor(w) for w in layer.weights()], x,
+                                       attention_bias, batch_size, seq_len, layer_seeds or [],
+                                       packing, training)
             else:
                 x = run(x, attention_bias)
             outputs.append(padded(x))
         sequence_output = outputs[-1]
         return EncoderOutput(sequence_output, sequence_output[:, 0], outputs, embedding_output)
+
+    @property
+    def _shared_layer(self):
+        """One traced function for all the layers (SHARE_LAYER_TRACE), traced per mode and
+        input signature; the first layer computes it with the weights it is given."""
+        if self._layer_function is None:
+            def layer_with(weights, x, bias, batch_size, seq_len, layer_seeds, packing, training):
+                with self.layers[0].with_weights(weights) as layer, \
+                        layers.elementwise_fusion(self.fused_blocks):
+                    return layer(x, bias, batch_size=batch_size, seq_len=seq_len,
+                                 training=training,
+                                 seeds=_FixedSeeds(layer_seeds) if training else None,
+                                 packing=packing)
+            object.__setattr__(self, "_layer_function",
+                               tf.function(layer_with, autograph=False))
+        return self._layer_function
 
     def attention_bias(self, input_mask, seq_len) -> tf.Tensor:
         """Additive mask, float32 [B, 1, 1 or L, L]: 0 where attention is allowed, -10000 at

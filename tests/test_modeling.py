@@ -372,3 +372,18 @@ def test_small_blocks_run_as_graph_ops_large_ones_compiled():
     assert 127 * 256 < layers.MIN_FUSED_ELEMENTS <= 128 * 256
     assert not compiled(127)
     assert compiled(128)
+
+
+def test_layers_share_one_trace_and_compute_what_traced_in_place(monkeypatch):
+    """SHARE_LAYER_TRACE: both layers of a training step through one trace of the shared layer
+    function; the loss and gradients are those of each layer's ops traced in place."""
+    model = tiny_model(seed=3)
+    monkeypatch.setattr(modeling, "SHARE_LAYER_TRACE", True)
+    loss, grads = _loss_and_gradients(model)
+    assert model._layer_function.experimental_get_tracing_count() == 1
+    monkeypatch.setattr(modeling, "SHARE_LAYER_TRACE", False)
+    in_place_loss, in_place_grads = _loss_and_gradients(model)
+    assert loss == pytest.approx(in_place_loss, rel=1e-6)
+    _assert_gradients_close(grads, in_place_grads)
+    # Every variable got its gradient through the shared function (none is left out).
+    assert len(grads) == len(model.trainable_variables) and all(g is not None for g in grads)
