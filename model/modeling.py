@@ -13,6 +13,8 @@ import math
 from typing import NamedTuple
 
 import tensorflow as tf
+# Not in TensorFlow's public API: whether a graph is being traced for XLA.
+from tensorflow.python.ops import control_flow_util
 
 from model import layers
 from model import token_packing
@@ -272,9 +274,15 @@ class TransformerLayer(tf.Module):
 # layer's weights, so a 12-layer model traces one layer (and its gradient) instead of twelve:
 # ELECTRA-Small's first fine-tuning step took 9.8 s instead of 14.1 s (BENCHMARKS.md,
 # "Fine-tuning end to end"). TensorFlow inlines the calls when it runs the step, so the graph it
-# runs and every number are the same. False: each layer's ops are traced in place. Read when a
-# step is traced.
+# runs and every number are the same. Not inside an XLA compile: XLA took twice as long to
+# compile a step whose layers were calls (27 s against 15 s for a tiny pre-training step).
+# False: each layer's ops are traced in place. Read when a step is traced.
 SHARE_LAYER_TRACE = True
+
+
+def _compiled_by_xla() -> bool:
+    """Whether the graph being traced is part of an XLA compile (jit_compile), however nested."""
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 class _FixedSeeds:
@@ -382,7 +390,7 @@ class BertModel(tf.Module):
 
             if training and self.recompute_grad:
                 x = tf.recompute_grad(run)(x, attention_bias)
-            elif SHARE_LAYER_TRACE:
+            elif SHARE_LAYER_TRACE and not _compiled_by_xla():
                 # Values, not variables, enter the function (model/layers.py elementwise_block
                 # says why); the gradients reach the variables through these reads.
                 x = self._shared_layer([tf.convert_to_tensor(w) for w in layer.weights()], x,

@@ -142,6 +142,8 @@ def test_graph_and_xla_match_eager():
     xla = tf.function(forward, jit_compile=True)(*inputs, seed)
     np.testing.assert_allclose(graph, eager, atol=1e-5)
     np.testing.assert_allclose(xla, eager, atol=1e-4)
+    # Eager and graph calls share the layers' traced function; XLA traces its layers in place.
+    assert model._layer_function.experimental_get_tracing_count() == 1
 
 
 def test_unknown_batch_and_length_trace_once():
