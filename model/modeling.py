@@ -273,8 +273,8 @@ class TransformerLayer(tf.Module):
 # True: the encoder's layers run through one traced function per model, called with each
 # layer's weights, so a 12-layer model traces one layer (and its gradient) instead of twelve:
 # ELECTRA-Small's first fine-tuning step took 9.8 s instead of 14.1 s (BENCHMARKS.md,
-# "Fine-tuning end to end"). TensorFlow inlines the calls when it runs the step, so the graph it
-# runs and every number are the same. Not inside an XLA compile: XLA took twice as long to
+# "Fine-tuning end to end"). TensorFlow inlines function calls when it instantiates a step: the
+# numbers and the step time measured the same. Not inside an XLA compile: XLA took twice as long to
 # compile a step whose layers were calls (27 s against 15 s for a tiny pre-training step).
 # False: each layer's ops are traced in place. Read when a step is traced.
 SHARE_LAYER_TRACE = True
