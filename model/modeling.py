@@ -323,8 +323,6 @@ class BertModel(tf.Module):
         self.dtype = COMPUTE_DTYPES[compute_dtype]
         # Training keeps only each layer's input; the backward pass recomputes the rest.
         self.recompute_grad = recompute_grad
-        # Not tracked by tf.Module (not part of checkpoints or exported models).
-        object.__setattr__(self, "_layer_function", None)
         self.remove_padding = remove_padding
         # Packed, the per-token shapes change with every batch's number of real tokens, and XLA
         # compiles the fused elementwise blocks for each. In float32 the blocks as graph ops take
@@ -342,6 +340,10 @@ class BertModel(tf.Module):
                 init="glorot_uniform")
         self.layers = [TransformerLayer(config, f"{scope}/encoder/layer_{i}", seed)
                        for i in range(config.num_hidden_layers)]
+        # One traced function for all the layers (SHARE_LAYER_TRACE), traced per mode and input
+        # signature. Not tracked by tf.Module (no part of checkpoints or exported models).
+        object.__setattr__(self, "_layer_function",
+                           tf.function(self._layer_with_weights, autograph=False))
 
     # Plain Python under any tf.function (no tensor-dependent control flow): autograph's source
     # conversion of every layer only slows tracing (probes, exports, callers' own tf.functions).
@@ -382,41 +384,35 @@ class BertModel(tf.Module):
 
             def run(h, bias, layer=layer, layer_seeds=layer_seeds):
                 # Also when a recomputation in the backward pass calls it, outside __call__.
-                with layers.elementwise_fusion(self.fused_blocks):
-                    return layer(h, bias, batch_size=batch_size, seq_len=seq_len,
-                                 training=training,
-                                 seeds=_FixedSeeds(layer_seeds) if training else None,
-                                 packing=packing)
+                return self._run_layer(layer, h, bias, batch_size, seq_len, layer_seeds, packing,
+                                       training)
 
             if training and self.recompute_grad:
                 x = tf.recompute_grad(run)(x, attention_bias)
             elif SHARE_LAYER_TRACE and not _compiled_by_xla():
                 # Values, not variables, enter the function (model/layers.py elementwise_block
                 # says why); the gradients reach the variables through these reads.
-                x = self._shared_layer([tf.convert_to_tensor(w) for w in layer.weights()], x,
-                                       attention_bias, batch_size, seq_len, layer_seeds or [],
-                                       packing, training)
+                x = self._layer_function([tf.convert_to_tensor(w) for w in layer.weights()], x,
+                                         attention_bias, batch_size, seq_len, layer_seeds or [],
+                                         packing, training)
             else:
                 x = run(x, attention_bias)
             outputs.append(padded(x))
         sequence_output = outputs[-1]
         return EncoderOutput(sequence_output, sequence_output[:, 0], outputs, embedding_output)
 
-    @property
-    def _shared_layer(self):
-        """One traced function for all the layers (SHARE_LAYER_TRACE), traced per mode and
-        input signature; the first layer computes it with the weights it is given."""
-        if self._layer_function is None:
-            def layer_with(weights, x, bias, batch_size, seq_len, layer_seeds, packing, training):
-                with self.layers[0].with_weights(weights) as layer, \
-                        layers.elementwise_fusion(self.fused_blocks):
-                    return layer(x, bias, batch_size=batch_size, seq_len=seq_len,
-                                 training=training,
-                                 seeds=_FixedSeeds(layer_seeds) if training else None,
-                                 packing=packing)
-            object.__setattr__(self, "_layer_function",
-                               tf.function(layer_with, autograph=False))
-        return self._layer_function
+    def _run_layer(self, layer, x, bias, batch_size, seq_len, layer_seeds, packing, training):
+        """One layer's forward pass, its dropout masks from `layer_seeds` (drawn by _encode)."""
+        with layers.elementwise_fusion(self.fused_blocks):
+            return layer(x, bias, batch_size=batch_size, seq_len=seq_len, training=training,
+                         seeds=_FixedSeeds(layer_seeds) if training else None, packing=packing)
+
+    def _layer_with_weights(self, weights, x, bias, batch_size, seq_len, layer_seeds, packing,
+                            training):
+        """The body of the shared layer function: the first layer, computing with `weights`."""
+        with self.layers[0].with_weights(weights) as layer:
+            return self._run_layer(layer, x, bias, batch_size, seq_len, layer_seeds, packing,
+                                   training)
 
     def attention_bias(self, input_mask, seq_len) -> tf.Tensor:
         """Additive mask, float32 [B, 1, 1 or L, L]: 0 where attention is allowed, -10000 at
