@@ -375,6 +375,10 @@ class BertModel(tf.Module):
         if packing is None:
             x = tf.reshape(x, [batch_size * seq_len, hidden])
         attention_bias = self.attention_bias(input_mask, seq_len)
+        # Known sizes enter the shared layer function as numbers: as tensors its shapes
+        # would be unknown inside, and a block of unknown size is compiled by XLA.
+        static_dims = [tensor if size is None else size
+                       for size, tensor in zip(input_ids.shape[:2], (batch_size, seq_len))]
         outputs = []
         for layer in self.layers:
             # The layer's dropout seeds are drawn here, outside the layer: a recomputation in the
@@ -393,7 +397,7 @@ class BertModel(tf.Module):
                 # Values, not variables, enter the function (model/layers.py elementwise_block
                 # says why); the gradients reach the variables through these reads.
                 x = self._layer_function([tf.convert_to_tensor(w) for w in layer.weights()], x,
-                                         attention_bias, batch_size, seq_len, layer_seeds or [],
+                                         attention_bias, *static_dims, layer_seeds or [],
                                          packing, training)
             else:
                 x = run(x, attention_bias)

@@ -383,6 +383,11 @@ def test_layers_share_one_trace_and_compute_what_traced_in_place(monkeypatch):
     monkeypatch.setattr(modeling, "SHARE_LAYER_TRACE", True)
     loss, grads = _loss_and_gradients(model)
     assert model._layer_function.experimental_get_tracing_count() == 1
+    # Traced with the batch's sizes as numbers: shapes inside are known (an unknown size would
+    # send the tiny model's elementwise blocks to an XLA compile).
+    (traced,) = model._layer_function._list_all_concrete_functions()
+    assert all(t.shape.is_fully_defined() for op in traced.graph.get_operations()
+               for t in op.outputs)
     monkeypatch.setattr(modeling, "SHARE_LAYER_TRACE", False)
     in_place_loss, in_place_grads = _loss_and_gradients(model)
     assert loss == pytest.approx(in_place_loss, rel=1e-6)
