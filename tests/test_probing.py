@@ -97,7 +97,7 @@ def check_results(results: dict) -> None:
         assert all(0.0 <= v <= 1.0 for v in results[column].values())
 
 
-def test_probe_tool_on_a_tiny_wordpiece_model(tmp_path):
+def test_probe_tool_on_a_tiny_wordpiece_model(tmp_path, instances_of):
     fx.write_vocab(str(tmp_path / "vocab.txt"))
     write_model_dir(tmp_path / "model", str(tmp_path / "vocab.txt"), fx.VOCAB_SIZE, seed=7)
     write_conll(tmp_path / "train.txt")
@@ -116,9 +116,13 @@ def test_probe_tool_on_a_tiny_wordpiece_model(tmp_path):
     assert other["pretrained"] == results["pretrained"]
     assert other["random"] != results["random"]
     # Several random encoders: each listed (seeds 7 and 8 here), the table's column their mean.
+    extractors = instances_of(probing.FeatureExtractor)
     both = run_tool(tmp_path, tmp_path / "model", tmp_path / "train.txt", tmp_path / "sst",
                     "--random-seed", "7", "--random-seeds", "2")
     assert both["random_seeds"] == [results["random"], other["random"]]
+    # The three encoders are probed through one traced forward pass: the random ones are the
+    # pre-trained encoder with fresh weights assigned, which probe as encoders built fresh.
+    assert len(extractors) == 1 and extractors[0]._forward.experimental_get_tracing_count() == 1
     for key, value in both["random"].items():
         assert value == pytest.approx((results["random"][key] + other["random"][key]) / 2)
 

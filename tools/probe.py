@@ -44,6 +44,17 @@ def build_encoder(md, seed: int, restore: bool):
     return encoder
 
 
+def initialise_in_place(encoder, md, seed: int) -> None:
+    """Gives `encoder` the weights a fresh encoder of `md` initialised with `seed` has: the
+    random encoders are probed through the pre-trained one's traced forward pass instead of
+    each tracing its own."""
+    from util import checkpoint
+
+    fresh = checkpoint.by_name(build_encoder(md, seed, restore=False).variables)
+    for name, variable in checkpoint.by_name(encoder.variables).items():
+        variable.assign(fresh[name])
+
+
 def probe_model_dir(model_dir: str, tasks: dict, *, random_seeds: int = 1,
                     random_seed: int = 0, max_seq_length: int = 128, updates: int = 1000) -> dict:
     """{"pretrained": {probe: accuracy}, "random": {...}, "random_seeds": [...]} for the model in
@@ -60,18 +71,21 @@ def probe_model_dir(model_dir: str, tasks: dict, *, random_seeds: int = 1,
         raise ValueError(f"no vocabulary (vocab.txt or spm.model) found for {model_dir}")
     tokenizer = tokenization.build_tokenizer(vocab_file=md.vocab_file,
                                              do_lower_case=md.do_lower_case)
-    def run(seed: int, restore: bool) -> dict:
+    encoder = build_encoder(md, 0, restore=True)
+    extractor = probing.FeatureExtractor(encoder, tokenizer, max_seq_length)
+
+    def run(name: str) -> dict:
         start = time.time()
-        extractor = probing.FeatureExtractor(build_encoder(md, seed, restore), tokenizer,
-                                             max_seq_length)
         result = probing.run_probes(extractor, tasks, updates)
-        log.info("%s encoder probed in %.1f s", "pre-trained" if restore else
-                 f"random (seed {seed})", time.time() - start)
+        log.info("%s encoder probed in %.1f s", name, time.time() - start)
         return result
 
-    results = {"pretrained": run(0, True), "checkpoint": md.checkpoint}
+    results = {"pretrained": run("pre-trained"), "checkpoint": md.checkpoint}
     if random_seeds:
-        results["random_seeds"] = [run(random_seed + i, False) for i in range(random_seeds)]
+        results["random_seeds"] = []
+        for seed in range(random_seed, random_seed + random_seeds):
+            initialise_in_place(encoder, md, seed)
+            results["random_seeds"].append(run(f"random (seed {seed})"))
         results["random"] = {key: sum(r[key] for r in results["random_seeds"]) / random_seeds
                              for key in results["pretrained"]}
     return results
