@@ -377,8 +377,9 @@ class BertModel(tf.Module):
         attention_bias = self.attention_bias(input_mask, seq_len)
         # Known sizes enter the shared layer function as numbers: as tensors its shapes
         # would be unknown inside, and a block of unknown size is compiled by XLA.
+        known = input_ids.shape if input_ids.shape.rank == 2 else [None, None]
         static_dims = [tensor if size is None else size
-                       for size, tensor in zip(input_ids.shape[:2], (batch_size, seq_len))]
+                       for size, tensor in zip(known, (batch_size, seq_len))]
         outputs = []
         for layer in self.layers:
             # The layer's dropout seeds are drawn here, outside the layer: a recomputation in the
