@@ -377,7 +377,8 @@ class BertModel(tf.Module):
         attention_bias = self.attention_bias(input_mask, seq_len)
         # Known sizes enter the shared layer function as numbers: as tensors its shapes
         # would be unknown inside, and a block of unknown size is compiled by XLA.
-        known = input_ids.shape if input_ids.shape.rank == 2 else [None, None]
+        shape = tf.TensorShape(input_ids.shape)  # numpy arrays too
+        known = shape if shape.rank == 2 else [None, None]
         static_dims = [tensor if size is None else size
                        for size, tensor in zip(known, (batch_size, seq_len))]
         outputs = []
