@@ -183,10 +183,16 @@ class Trainer:
         replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int64)
         return replica, replica * batch_size
 
-    def _masked_inputs(self, features, rng: rng_lib.ExampleRng, global_denominators=True):
+    def _masked_inputs(self, features, rng: rng_lib.ExampleRng, batch_size: int,
+                       global_denominators=True):
         """The replica's examples masked, and the loss denominators of the whole global batch
         (global_denominators false: of the replica's own examples, the official TPU rule)."""
-        masked = self.model.mask({k: features[k] for k in _FEATURES}, rng)
+        # A distributed dataset's batches can reach the replica with their size unknown
+        # (MultiWorkerMirroredStrategy's do); every batch has `batch_size` rows (drop_remainder),
+        # and the encoder's small blocks of known size run as graph ops, where blocks of
+        # unknown size are compiled by XLA (model/layers.py), a compile per block and shape.
+        masked = self.model.mask({k: tf.ensure_shape(features[k], [batch_size, None])
+                                  for k in _FEATURES}, rng)
         denominators = list(self.model.denominators(masked))
         if global_denominators:
             denominators = self.engine.all_reduce(denominators)
@@ -196,7 +202,7 @@ class Trainer:
         replica, offset = self._replica_ids(self.per_replica_batch)
         step = self.optimizer.global_step.read_value()
         masked, denominators = self._masked_inputs(
-            features, rng_lib.ExampleRng(self.seed, step, offset),
+            features, rng_lib.ExampleRng(self.seed, step, offset), self.per_replica_batch,
             global_denominators=not self.config.clip_per_replica)
         self.input_position.assign(features[input_pipeline.POSITION_KEY][0])
         return masked, (step, replica, offset, denominators)
@@ -255,7 +261,7 @@ class Trainer:
         # Eval noise: fixed per batch (negative "steps" are never training steps), so figures at
         # different training steps compare the same masks.
         rng = rng_lib.ExampleRng(self.seed, -1 - tf.cast(batch_index, tf.int64), offset)
-        masked, denominators = self._masked_inputs(features, rng)
+        masked, denominators = self._masked_inputs(features, rng, self.per_replica_eval_batch)
         out = self.model(masked, training=False, rng=rng, denominators=denominators)
         sums = pretrain_metrics.batch_sums(out)
         sums["batches"] = sums["batches"] / float(self.strategy.num_replicas_in_sync)

@@ -13,6 +13,7 @@ import run_pretraining
 from configure_pretraining import PretrainingConfig
 from model import model_dir as model_dir_lib
 from pretrain import evaluation, input_pipeline, loop, masking, run_setup
+from pretrain import rng as rng_lib
 from pretrain.trainer import Trainer
 from util import checkpoint
 from util import training_utils as tu
@@ -152,6 +153,30 @@ def test_non_finite_loss_stops_with_the_step_and_no_update(trained, tmp_path):
     assert trainer.global_step == 0
     np.testing.assert_array_equal(kernel.numpy(), before)
     assert checkpoint.latest_valid(cfg.model_dir) is None  # nothing saved after the fault
+
+
+def test_replica_batches_of_unknown_size_reach_the_model_with_their_known_size(trained):
+    """A distributed dataset can hand each replica batches of unknown size
+    (MultiWorkerMirroredStrategy's do); the trainer gives them the size every batch has, so the
+    encoder's small blocks run as graph ops instead of one XLA compile per block."""
+    config, _ = trained
+    trainer = Trainer(config, SPECIAL)
+    shapes = []
+
+    @tf.function(input_signature=[{k: tf.TensorSpec([None, fx.SEQ_LEN], tf.int32)
+                                   for k in ("input_ids", "input_mask", "segment_ids")}])
+    def masked_ids(features):
+        rng = rng_lib.ExampleRng(config.seed, tf.constant(0, tf.int64), tf.constant(0, tf.int64))
+        masked, _ = trainer._masked_inputs(features, rng, trainer.per_replica_batch)
+        shapes.append(masked.input_ids.shape.as_list())
+        return masked.input_ids
+
+    features = {k: tf.ones([config.train_batch_size, fx.SEQ_LEN], tf.int32)
+                for k in ("input_ids", "input_mask", "segment_ids")}
+    assert masked_ids(features).shape == [config.train_batch_size, fx.SEQ_LEN]
+    assert shapes == [[config.train_batch_size, fx.SEQ_LEN]]
+    with pytest.raises(tf.errors.InvalidArgumentError):  # a batch of another size is refused
+        masked_ids({k: v[:3] for k, v in features.items()})
 
 
 def _one_step_weights(config, trainer=None):
