@@ -187,10 +187,10 @@ class Trainer:
                        global_denominators=True):
         """The replica's examples masked, and the loss denominators of the whole global batch
         (global_denominators false: of the replica's own examples, the official TPU rule)."""
-        # A distributed dataset's batches can reach the replica with their size unknown
-        # (MultiWorkerMirroredStrategy's do); every batch has `batch_size` rows (drop_remainder),
-        # and the encoder's small blocks of known size run as graph ops, where blocks of
-        # unknown size are compiled by XLA (model/layers.py), a compile per block and shape.
+        # A distributed dataset's batches can reach the replica with their size unknown (those
+        # of MultiWorkerMirroredStrategy do). Every batch has `batch_size` rows (drop_remainder),
+        # and stating it lets the encoder run its small blocks as graph ops: a block of unknown
+        # size is compiled by XLA (model/layers.py), a compile per block and shape.
         masked = self.model.mask({k: tf.ensure_shape(features[k], [batch_size, None])
                                   for k in _FEATURES}, rng)
         denominators = list(self.model.denominators(masked))

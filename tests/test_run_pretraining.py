@@ -156,8 +156,8 @@ def test_non_finite_loss_stops_with_the_step_and_no_update(trained, tmp_path):
 
 
 def test_replica_batches_of_unknown_size_reach_the_model_with_their_known_size(trained):
-    """A distributed dataset can hand each replica batches of unknown size
-    (MultiWorkerMirroredStrategy's do); the trainer gives them the size every batch has, so the
+    """A distributed dataset can hand each replica batches of unknown size (those of
+    MultiWorkerMirroredStrategy do); the trainer gives them the size every batch has, so the
     encoder's small blocks run as graph ops instead of one XLA compile per block."""
     config, _ = trained
     trainer = Trainer(config, SPECIAL)
