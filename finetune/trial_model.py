@@ -76,9 +76,7 @@ class TrialModel:
         """The state a newly built TrialModel of `seed` would have."""
         with self.strategy.scope():
             fresh = finetuning_model.FinetuningModel(self.config, self.tasks, seed=seed)
-        initial = checkpoint.by_name(fresh.variables)
-        for name, variable in checkpoint.by_name(self.model.variables).items():
-            variable.assign(initial[name])
+        checkpoint.assign_by_name(self.model.variables, fresh.variables)
         if self.optimizer is not None:
             for variable in self.optimizer.variables:  # global_step and Adam slots start at 0
                 variable.assign(tf.zeros_like(variable))

@@ -50,9 +50,7 @@ def initialise_in_place(encoder, md, seed: int) -> None:
     each tracing its own."""
     from util import checkpoint
 
-    fresh = checkpoint.by_name(build_encoder(md, seed, restore=False).variables)
-    for name, variable in checkpoint.by_name(encoder.variables).items():
-        variable.assign(fresh[name])
+    checkpoint.assign_by_name(encoder.variables, build_encoder(md, seed, restore=False).variables)
 
 
 def probe_model_dir(model_dir: str, tasks: dict, *, random_seeds: int = 1,

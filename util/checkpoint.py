@@ -304,3 +304,11 @@ def by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable]:
             raise ValueError(f"two different variables are named {name}")
         result[name] = v
     return result
+
+
+def assign_by_name(targets: Iterable[tf.Variable], sources: Iterable[tf.Variable]) -> None:
+    """Gives every variable of `targets` the value of the `sources` variable of its checkpoint
+    name (a model re-initialised in place from a freshly built twin; KeyError if one is missing)."""
+    values = by_name(sources)
+    for name, variable in by_name(targets).items():
+        variable.assign(values[name])
