@@ -2,9 +2,9 @@
 
 A signalled run stops at the next step boundary (inside a long in-graph loop too), writes a
 checkpoint at that step, exits 75, and the same command resumes it to the weights of a run that
-was never interrupted, bit for bit. Also: a signal during a checkpoint write, the time-based
-checkpoint interval, and a two-worker MultiWorkerMirroredStrategy run with one worker signalled
-(and one killed).
+was never interrupted, bit for bit. Also: the time-based checkpoint interval, and a two-worker
+MultiWorkerMirroredStrategy run with one worker signalled (and one killed). A signal inside a
+checkpoint write: tests/test_reliability_kill.py.
 """
 import json
 import logging
@@ -197,33 +197,6 @@ def test_pretraining_sigterm_then_sigint_mid_loop_save_and_resume_bit_for_bit(tm
     assert reference.finish() == 0, reference.stderr[-3000:]
     got = _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
     assert int(got["global_step"]) == LONG
-
-
-def test_pretraining_signal_during_a_checkpoint_write_completes_it_then_stops(tmp_path):
-    data = fx.write_data(str(tmp_path / "data"))
-    hparams = fx.tiny_hparams(num_train_steps=12, save_checkpoints_steps=4,
-                              iterations_per_loop=2, do_eval=False)
-    reference = Run(_script("run_pretraining.py", data, "reference", hparams))
-    model_dir = os.path.join(data, "models", "victim")
-    command = _script("run_pretraining.py", data, "victim", hparams)
-
-    # SIGTERM arrives between the step-8 save's data file and its index being renamed into
-    # place; a second SIGTERM follows. The save completes, then the run stops at step 8.
-    hooked = subprocess.run(
-        [sys.executable, KILL_RESUME, "--child", "--watch", model_dir, "--pattern",
-         "model.ckpt-*.index", "--op", "replace", "--ordinal", "2", "--signal", "TERM", "--"]
-        + command, env=_env(), capture_output=True, text=True, timeout=600)
-    assert hooked.returncode == preemption.EXIT_PREEMPTED, hooked.stderr[-3000:]
-    assert "stopped on SIGTERM at step 8" in hooked.stderr
-    assert checkpoint.latest_valid(model_dir).endswith("model.ckpt-8")
-    _no_temporaries(model_dir)
-
-    resumed = subprocess.run([sys.executable] + command, env=_env(), capture_output=True,
-                             text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "model.ckpt-8 at step 8" in resumed.stderr
-    assert reference.finish() == 0, reference.stderr[-3000:]
-    _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
 
 
 def test_time_based_checkpoints_at_step_boundaries(tmp_path):

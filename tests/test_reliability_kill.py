@@ -3,8 +3,10 @@ long, randomised version: 10 kills each for pre-training and fine-tuning).
 
 A run is killed by a hook just before a chosen rename of a checkpoint write (so the kill lands
 exactly between two steps of the write), then the same command is run again; its final weights,
-optimizer state and eval figures must equal those of a run that was never interrupted.
-(test_run_pretraining_resume.py covers a kill at a random moment between checkpoints.)
+optimizer state and eval figures must equal those of a run that was never interrupted. The
+pre-training re-run is itself stopped by SIGTERM at the same point of its own save, which must
+complete that save first. (test_run_pretraining_resume.py covers a kill at a random moment
+between checkpoints; test_preemption.py signals at step boundaries and inside the loop.)
 """
 import json
 import os
@@ -15,7 +17,7 @@ import sys
 import numpy as np
 
 import pretrain_fixtures as fx
-from util import checkpoint
+from util import checkpoint, preemption
 
 from tests.test_finetune_data import VOCAB, write_fixtures
 
@@ -32,12 +34,13 @@ def _script(name, data_dir, model, hparams):
             "--hparams", json.dumps(hparams)]
 
 
-def _killed_inside(watch, pattern, ordinal, command):
-    """Runs `command` until just before the `ordinal`-th os.replace onto a `pattern` file."""
+def _killed_inside(watch, pattern, ordinal, command, signal_name="KILL"):
+    """Runs `command` until just before the `ordinal`-th os.replace onto a `pattern` file, where
+    the process sends itself SIG`signal_name`."""
     return subprocess.run([sys.executable, KILL_RESUME, "--child", "--watch", str(watch),
                            "--pattern", pattern, "--op", "replace", "--ordinal", str(ordinal),
-                           "--"] + command, env=_env(), capture_output=True, text=True,
-                          timeout=600)
+                           "--signal", signal_name, "--"] + command, env=_env(),
+                          capture_output=True, text=True, timeout=600)
 
 
 def _assert_same_tensors(expected_dir, got_dir):
@@ -48,7 +51,11 @@ def _assert_same_tensors(expected_dir, got_dir):
     return got
 
 
-def test_pretraining_killed_between_data_and_index_rename_resumes_exactly(tmp_path):
+def test_pretraining_killed_then_signalled_inside_saves_resumes_exactly(tmp_path):
+    """Killed between the data-file and index renames of the step-8 save; the re-run is sent
+    SIGTERM at the same point of its own step-8 save (then a second SIGTERM): the save completes
+    and the run stops at step 8; the last re-run ends equal, bit for bit, to a run never
+    interrupted. (One chain: each re-run after the first is also the previous stop's resume.)"""
     data = fx.write_data(str(tmp_path / "data"))
     hparams = fx.tiny_hparams(num_train_steps=12, save_checkpoints_steps=4, iterations_per_loop=2,
                               do_eval=True, keep_checkpoint_max=2)
@@ -66,16 +73,28 @@ def test_pretraining_killed_between_data_and_index_rename_resumes_exactly(tmp_pa
     assert checkpoint.latest_valid(model_dir).endswith("model.ckpt-4")
     assert ".run.lock" in names
 
+    # The re-run resumes from step 4 and takes over the dead run's lock; SIGTERM arrives
+    # between its step-8 save's data file and index renames (its first save).
+    signalled = _killed_inside(model_dir, "model.ckpt-*.index", 1, command, signal_name="TERM")
+    assert signalled.returncode == preemption.EXIT_PREEMPTED, signalled.stderr[-3000:]
+    assert "resumed from" in signalled.stderr and "model.ckpt-4 at step 4" in signalled.stderr
+    assert "taking over stale lock" in signalled.stderr
+    assert "stopped on SIGTERM at step 8" in signalled.stderr
+    assert checkpoint.latest_valid(model_dir).endswith("model.ckpt-8")
+    assert not [n for n in os.listdir(model_dir) if ".tmp" in n]
+
     resumed = subprocess.run([sys.executable] + command, env=_env(), capture_output=True,
                              text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stderr and "model.ckpt-4 at step 4" in resumed.stderr
-    assert "taking over stale lock" in resumed.stderr
+    assert "model.ckpt-8 at step 8" in resumed.stderr
     _, reference_err = reference.communicate(timeout=600)
     assert reference.returncode == 0, reference_err[-3000:]
 
     ref_dir = os.path.join(data, "models", "reference")
-    assert int(_assert_same_tensors(ref_dir, model_dir)["global_step"]) == 12
+    expected, got = checkpoint.read_all(ref_dir), checkpoint.read_all(model_dir)
+    assert sorted(got) == sorted(expected) and int(got["global_step"]) == 12
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
     for name in ("unsup_results.json",):
         with open(os.path.join(ref_dir, "results", name)) as f:
             expected = json.load(f)
