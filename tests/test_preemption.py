@@ -2,7 +2,7 @@
 
 A signalled run stops at the next step boundary (inside a long in-graph loop too), writes a
 checkpoint at that step, exits 75, and the same command resumes it to the weights of a run that
-was never interrupted, bit for bit. Also: the time-based checkpoint interval, and a two-worker
+was never interrupted, bit for bit; so does a run SIGKILLed at a random moment. Also: the time-based checkpoint interval, and a two-worker
 MultiWorkerMirroredStrategy run with one worker signalled (and one killed). A signal inside a
 checkpoint write: tests/test_reliability_kill.py.
 """
@@ -164,7 +164,13 @@ def test_deadline():
 LONG = 300
 
 
-def test_pretraining_sigterm_then_sigint_mid_loop_save_and_resume_bit_for_bit(tmp_path):
+def test_pretraining_sigterm_sigint_and_sigkill_mid_loop_then_resume_bit_for_bit(tmp_path):
+    """SIGTERM, then SIGINT to the re-run, each inside a loop of hundreds of steps: each run
+    saves at the step it stopped at and exits 75. Then SIGKILL at a random moment of the next
+    re-run (as the out-of-memory killer or a lost machine would): nothing is saved and its lock
+    is left behind. The same command again takes over the stale lock, continues from the
+    newest checkpoint, and ends with the weights, optimizer slots and data position of a run
+    never interrupted, bit for bit."""
     data = fx.write_data(str(tmp_path / "data"))
     # After the first step, one in-graph loop for the rest and no step-based checkpoint before
     # the end: only the stop request can end the loop early and only the preemption save writes.
@@ -191,9 +197,18 @@ def test_pretraining_sigterm_then_sigint_mid_loop_save_and_resume_bit_for_bit(tm
     step2 = _stopped_step(second, "SIGINT")
     assert step < step2 < LONG and _newest_step(model_dir) == step2
 
+    killed = Run(command)
+    killed.wait_for(f"train step {step2 + 1}/{LONG}")
+    killed.proc.send_signal(signal.SIGKILL)
+    assert killed.finish() == -signal.SIGKILL
+    assert f"at step {step2}" in killed.stderr and "stopped on" not in killed.stderr
+    assert _newest_step(model_dir) == step2  # killed inside its loop: nothing saved
+    assert os.path.exists(os.path.join(model_dir, ".run.lock"))  # left behind by the dead run
+
     last = Run(command)
     assert last.finish() == 0, last.stderr[-3000:]
-    assert f"at step {step2}" in last.stderr
+    assert f"resumed from" in last.stderr and f"at step {step2}" in last.stderr
+    assert "stale lock" in last.stderr
     assert reference.finish() == 0, reference.stderr[-3000:]
     got = _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)
     assert int(got["global_step"]) == LONG
