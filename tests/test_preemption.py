@@ -2,9 +2,9 @@
 
 A signalled run stops at the next step boundary (inside a long in-graph loop too), writes a
 checkpoint at that step, exits 75, and the same command resumes it to the weights of a run that
-was never interrupted, bit for bit; so does a run SIGKILLed at a random moment. Also: the time-based checkpoint interval, and a two-worker
-MultiWorkerMirroredStrategy run with one worker signalled (and one killed). A signal inside a
-checkpoint write: tests/test_reliability_kill.py.
+was never interrupted, bit for bit; so does a run SIGKILLed inside its loop of steps. Also: the
+time-based checkpoint interval, and a two-worker MultiWorkerMirroredStrategy run with one worker
+signalled (and one killed). A signal inside a checkpoint write: tests/test_reliability_kill.py.
 """
 import json
 import logging
@@ -166,9 +166,9 @@ LONG = 300
 
 def test_pretraining_sigterm_sigint_and_sigkill_mid_loop_then_resume_bit_for_bit(tmp_path):
     """SIGTERM, then SIGINT to the re-run, each inside a loop of hundreds of steps: each run
-    saves at the step it stopped at and exits 75. Then SIGKILL at a random moment of the next
-    re-run (as the out-of-memory killer or a lost machine would): nothing is saved and its lock
-    is left behind. The same command again takes over the stale lock, continues from the
+    saves at the step it stopped at and exits 75. Then SIGKILL inside the next re-run's loop (as
+    the out-of-memory killer or a lost machine would): nothing is saved and its lock is left
+    behind. The same command again takes over the stale lock, continues from the
     newest checkpoint, and ends with the weights, optimizer slots and data position of a run
     never interrupted, bit for bit."""
     data = fx.write_data(str(tmp_path / "data"))
@@ -207,7 +207,7 @@ def test_pretraining_sigterm_sigint_and_sigkill_mid_loop_then_resume_bit_for_bit
 
     last = Run(command)
     assert last.finish() == 0, last.stderr[-3000:]
-    assert f"resumed from" in last.stderr and f"at step {step2}" in last.stderr
+    assert "resumed from" in last.stderr and f"at step {step2}" in last.stderr
     assert "stale lock" in last.stderr
     assert reference.finish() == 0, reference.stderr[-3000:]
     got = _assert_bit_identical(os.path.join(data, "models", "reference"), model_dir)

@@ -5,8 +5,8 @@ A run is killed by a hook just before a chosen rename of a checkpoint write (so 
 exactly between two steps of the write), then the same command is run again; its final weights,
 optimizer state and eval figures must equal those of a run that was never interrupted. The
 pre-training re-run is itself stopped by SIGTERM at the same point of its own save, which must
-complete that save first. (test_preemption.py covers signals and a kill at a random moment
-inside the loop of steps.)
+complete that save first. (test_preemption.py covers signals and a kill inside the loop of
+steps.)
 """
 import json
 import os
