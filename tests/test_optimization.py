@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import preloaded
 from model import layers, optimization
 from util import checkpoint
 
@@ -446,7 +446,7 @@ def test_mirrored_strategy_replica_context(tmp_path):
     variables = make_variables()
     init = [[checkpoint.checkpoint_name(v), v.numpy().tolist()] for v in variables]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
+    result = preloaded.run(
         [sys.executable, "-c", DISTRIBUTED_SCRIPT, json.dumps(GRADS_STEP_1), json.dumps(init)],
         capture_output=True, text=True, env=env, timeout=120, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -20,6 +20,7 @@ import time
 import numpy as np
 import pytest
 
+import preloaded
 import pretrain_fixtures as fx
 from util import checkpoint, preemption, workers
 
@@ -44,8 +45,8 @@ class Run:
     """A subprocess whose stderr is collected by a thread, so the test can wait for a line."""
 
     def __init__(self, argv, env=None):
-        self.proc = subprocess.Popen([sys.executable] + argv, env=env or _env(),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = preloaded.Popen([sys.executable] + argv, env=env or _env(),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -147,8 +148,8 @@ def test_a_signal_while_a_function_is_traced_neither_deadlocks_nor_enters_the_gr
             assert guard.requested and bool(flag.numpy())
         print("ok")
     """)
-    done = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True,
-                          text=True, timeout=120)
+    done = preloaded.run([sys.executable, "-c", script], env=_env(), capture_output=True,
+                         text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
@@ -280,7 +281,7 @@ def test_finetuning_signal_after_a_trial_stops_before_the_next(tmp_path):
     command = _script("run_finetuning.py", tmp_path, "m",
                       _finetune_hparams(num_train_epochs=1.0, num_trials=2))
     # SIGTERM while trial 1's results are written: they are written, trial 2 is not started.
-    hooked = subprocess.run(
+    hooked = preloaded.run(
         [sys.executable, KILL_RESUME, "--child", "--watch", str(tmp_path / "models"), "--pattern",
          "eval_results.json", "--op", "replace", "--ordinal", "1", "--signal", "TERM", "--"]
         + command, env=_env(), capture_output=True, text=True, timeout=600)
@@ -290,8 +291,8 @@ def test_finetuning_signal_after_a_trial_stops_before_the_next(tmp_path):
     assert (models / "sst_model_1" / "eval_results.json").exists()
     assert not (models / "sst_model_2").exists()
 
-    resumed = subprocess.run([sys.executable] + command, env=_env(), capture_output=True,
-                             text=True, timeout=600)
+    resumed = preloaded.run([sys.executable] + command, env=_env(), capture_output=True,
+                            text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "trial 1 already finished" in resumed.stderr
     summary = json.loads((tmp_path / "models" / "m" / "results" / "sst_results.json").read_text())

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 import configure_finetuning
 import predict
+import preloaded
 import pretrain_fixtures as fx
 import run_finetuning
 import run_pretraining
@@ -233,10 +234,10 @@ def test_full_disk_mid_run_is_a_clear_error_and_keeps_the_checkpoints(trained, t
     script = ("import resource, sys\n"
               "resource.setrlimit(resource.RLIMIT_FSIZE, (60000, 60000))\n"
               "import run_pretraining\nsys.exit(run_pretraining.main(sys.argv[1:]))\n")
-    out = subprocess.run([sys.executable, "-c", script, "--data-dir", data, "--model-name", "m",
-                          "--hparams", json.dumps(hparams)], capture_output=True, text=True,
-                         timeout=600, env=dict(os.environ, PYTHONPATH=REPO,
-                                               TF_CPP_MIN_LOG_LEVEL="2"))
+    out = preloaded.run([sys.executable, "-c", script, "--data-dir", data, "--model-name", "m",
+                         "--hparams", json.dumps(hparams)], capture_output=True, text=True,
+                        timeout=600, env=dict(os.environ, PYTHONPATH=REPO,
+                                              TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 2, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     assert f"cannot write checkpoint {model_dir}/model.ckpt-4: " in out.stderr

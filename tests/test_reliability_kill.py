@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 
+import preloaded
 import pretrain_fixtures as fx
 from util import checkpoint, preemption
 
@@ -38,10 +39,10 @@ def _script(name, data_dir, model, hparams):
 def _killed_inside(watch, pattern, ordinal, command, signal_name="KILL"):
     """Runs `command` until just before the `ordinal`-th os.replace onto a `pattern` file, where
     the process sends itself SIG`signal_name`."""
-    return subprocess.run([sys.executable, KILL_RESUME, "--child", "--watch", str(watch),
-                           "--pattern", pattern, "--op", "replace", "--ordinal", str(ordinal),
-                           "--signal", signal_name, "--"] + command, env=_env(),
-                          capture_output=True, text=True, timeout=600)
+    return preloaded.run([sys.executable, KILL_RESUME, "--child", "--watch", str(watch),
+                          "--pattern", pattern, "--op", "replace", "--ordinal", str(ordinal),
+                          "--signal", signal_name, "--"] + command, env=_env(),
+                         capture_output=True, text=True, timeout=600)
 
 
 def _assert_same_tensors(expected_dir, got_dir):
@@ -60,7 +61,7 @@ def test_pretraining_killed_then_signalled_inside_saves_resumes_exactly(tmp_path
     data = fx.write_data(str(tmp_path / "data"))
     hparams = fx.tiny_hparams(num_train_steps=12, save_checkpoints_steps=4, iterations_per_loop=2,
                               do_eval=True, keep_checkpoint_max=2)
-    reference = subprocess.Popen(
+    reference = preloaded.Popen(
         [sys.executable] + _script("run_pretraining.py", data, "reference", hparams),
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     model_dir = os.path.join(data, "models", "victim")
@@ -84,8 +85,8 @@ def test_pretraining_killed_then_signalled_inside_saves_resumes_exactly(tmp_path
     assert checkpoint.latest_valid(model_dir).endswith("model.ckpt-8")
     _no_temporaries(model_dir)
 
-    resumed = subprocess.run([sys.executable] + command, env=_env(), capture_output=True,
-                             text=True, timeout=600)
+    resumed = preloaded.run([sys.executable] + command, env=_env(), capture_output=True,
+                            text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "model.ckpt-8 at step 8" in resumed.stderr
     _, reference_err = reference.communicate(timeout=600)
@@ -115,7 +116,7 @@ def test_finetuning_killed_before_the_state_file_update_resumes_exactly(tmp_path
     for name in ("reference", "victim"):
         write_fixtures(tmp_path / name, tasks={"cola", "sst"})
         (tmp_path / name / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    reference = subprocess.Popen(
+    reference = preloaded.Popen(
         [sys.executable] + _script("run_finetuning.py", tmp_path / "reference", "m", hparams),
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     command = _script("run_finetuning.py", tmp_path / "victim", "m", hparams)
@@ -128,8 +129,8 @@ def test_finetuning_killed_before_the_state_file_update_resumes_exactly(tmp_path
     assert 'model_checkpoint_path: "model.ckpt-3"' in (trial_dir / "checkpoint").read_text()
     assert checkpoint.latest_valid(str(trial_dir)).endswith("model.ckpt-4")
 
-    resumed = subprocess.run([sys.executable] + command, env=_env(), capture_output=True,
-                             text=True, timeout=600)
+    resumed = preloaded.run([sys.executable] + command, env=_env(), capture_output=True,
+                            text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr and "(step 4)" in resumed.stderr
     _, reference_err = reference.communicate(timeout=600)

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+import preloaded
 import pretrain_fixtures as fx
 from util import checkpoint
 from util import training_utils as tu
@@ -71,7 +72,7 @@ def runs(tmp_path_factory):
     # micro-batches, the all-reduce comes after.
     mirrored = {"mirrored": _hparams(),
                 "mirrored_accumulation": _hparams(gradient_accumulation_steps=2)}
-    procs = {"mirrored": subprocess.Popen(
+    procs = {"mirrored": preloaded.Popen(
         [sys.executable, "-c", MIRRORED_SCRIPT, data_dir, json.dumps(mirrored)],
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)}
     ports = _free_ports(2)
@@ -80,7 +81,7 @@ def runs(tmp_path_factory):
         env = _env()
         env["TF_CONFIG"] = json.dumps({"cluster": cluster,
                                        "task": {"type": "worker", "index": index}})
-        procs[f"worker{index}"] = subprocess.Popen(
+        procs[f"worker{index}"] = preloaded.Popen(
             [sys.executable, os.path.join(REPO, "run_pretraining.py"), "--data-dir", data_dir,
              "--model-name", "multi_worker", "--hparams",
              json.dumps(_hparams(strategy="multi_worker"))],

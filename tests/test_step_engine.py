@@ -4,13 +4,13 @@ replicas (the average; the official TPU rule, clip_per_replica)."""
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import preloaded
 from model import optimization
 from util import step_engine
 from util.loss_scale import INITIAL_SCALE
@@ -116,10 +116,10 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def two_replicas():
-    out = subprocess.run([sys.executable, "-c", TWO_REPLICAS, json.dumps(X.tolist()),
-                          json.dumps(Y.tolist())], env=dict(os.environ, PYTHONPATH=REPO,
-                                                            TF_CPP_MIN_LOG_LEVEL="2"),
-                         capture_output=True, text=True, timeout=300)
+    out = preloaded.run([sys.executable, "-c", TWO_REPLICAS, json.dumps(X.tolist()),
+                         json.dumps(Y.tolist())], env=dict(os.environ, PYTHONPATH=REPO,
+                                                           TF_CPP_MIN_LOG_LEVEL="2"),
+                        capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
