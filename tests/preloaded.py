@@ -15,8 +15,8 @@ So each test worker keeps two servers with different hash seeds and alternates t
 child reseeds Python's and NumPy's global generators. A launch that start-up could change runs as
 a plain subprocess instead: an interpreter other than this one, an option before the script,
 `--verbose` (the commands then show TensorFlow's start-up lines) or a different value of a
-variable read at start-up (`PYTHON*` but `PYTHONPATH`, and `TF_*` but `TF_CONFIG`). ELECTRA_TESTS_PRELOADED=0
-turns the servers off (every launch a plain subprocess).
+variable read at start-up (`PYTHON*` but `PYTHONPATH`, and `TF_*` but `TF_CONFIG`).
+ELECTRA_TESTS_PRELOADED=0 turns the servers off (every launch a plain subprocess).
 
 tests/test_console.py and tests/test_demo.py start real interpreters on purpose: they test
 start-up itself.
@@ -119,7 +119,7 @@ def _become(request: dict):
         main = types.ModuleType("__main__")
         main.__builtins__ = __builtins__
         sys.modules["__main__"] = main
-        exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        exec(argv[1], main.__dict__)  # as `python -c` runs it (the file name "<string>")
     else:
         import runpy
         script = argv[0]
@@ -225,7 +225,8 @@ class Popen:
                 return None
             return open(next(pipes), mode + ("" if text else "b"), encoding="utf-8" if text
                         else None, errors="replace" if text else None)
-        self.stdin, self.stdout, self.stderr = wrap(stdin, "w"), wrap(stdout, "r"), wrap(stderr, "r")
+        self.stdin, self.stdout = wrap(stdin, "w"), wrap(stdout, "r")
+        self.stderr = wrap(stderr, "r")
         request = json.dumps({"argv": self.args[1:], "env": dict(env or os.environ),
                               "cwd": os.path.abspath(cwd or os.getcwd())}).encode()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -30,16 +30,17 @@ def test_children_run_their_own_command_and_report_how_they_ended(tmp_path):
     script.write_text(CHILD, encoding="utf-8")
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     # Started together: they run side by side, as the tests' workers do.
+    pipe = subprocess.PIPE
     procs = {
-        "code": preloaded.Popen([sys.executable, "-c", CHILD, "3"], env=_env(PRELOADED_TEST_VAR="a"),
-                                cwd=str(tmp_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True),
-        "script": preloaded.Popen([sys.executable, str(script), "0"], env=_env(), stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+        "code": preloaded.Popen([sys.executable, "-c", CHILD, "3"], cwd=str(tmp_path),
+                                env=_env(PRELOADED_TEST_VAR="a"), stdin=pipe, stdout=pipe,
+                                stderr=pipe, text=True),
+        "script": preloaded.Popen([sys.executable, str(script), "0"], env=_env(), stdin=pipe,
+                                  stdout=pipe, stderr=subprocess.STDOUT),
         "killed": preloaded.Popen(sleeper, env=_env()),
         "terminated": preloaded.Popen(sleeper, env=_env()),
-        "failed": preloaded.Popen([sys.executable, "-c", "raise ValueError('bad input')"], env=_env(),
-                                  stderr=subprocess.PIPE, text=True),
+        "failed": preloaded.Popen([sys.executable, "-c", "raise ValueError('bad input')"],
+                                  env=_env(), stderr=pipe, text=True),
     }
     assert all(isinstance(p, preloaded.Popen) for p in procs.values())
     assert procs["killed"].poll() is None
