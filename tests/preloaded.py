@@ -50,12 +50,19 @@ def _serve(path: str):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
+    # A child's exit wakes the loop (a byte on `woken`); it sleeps otherwise.
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     os.write(1, b"ready\n")
     children: dict[int, socket.socket] = {}
     while True:
-        readable, _, _ = select.select([listener, sys.stdin], [], [], 0.05)
+        readable, _, _ = select.select([listener, sys.stdin, woken], [], [])
         if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
             return None  # the test worker went away
+        if woken in readable:
+            os.read(woken, 4096)
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
@@ -76,6 +83,10 @@ def _serve(path: str):
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(woken)
+            os.close(wake)
             listener.close()
             for other in children.values():
                 other.close()

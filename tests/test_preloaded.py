@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import preloaded
 
 CHILD = """
@@ -25,6 +27,8 @@ def _env(**extra):
     return dict(os.environ, PYTHONPATH=os.path.dirname(preloaded.__file__), **extra)
 
 
+@pytest.mark.skipif(os.environ.get("ELECTRA_TESTS_PRELOADED") == "0",
+                    reason="ELECTRA_TESTS_PRELOADED=0: every launch is a plain subprocess")
 def test_children_run_their_own_command_and_report_how_they_ended(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD, encoding="utf-8")
