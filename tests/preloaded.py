@@ -38,7 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Imported once by each server: what the commands import (their imports import the rest).
 PRELOAD = ("numpy", "tensorflow", "run_pretraining", "run_finetuning", "build_pretraining_dataset",
            "score_text", "predict", "export_model", "tools.kill_resume", "tools.probe")
-_STATUS = struct.Struct("!i")
+_INT32 = struct.Struct("!i")
 PIPE, DEVNULL, STDOUT = subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT
 
 
@@ -69,16 +69,16 @@ def _serve(path: str):
                 break
             client = children.pop(pid)
             try:
-                client.sendall(_STATUS.pack(os.waitstatus_to_exitcode(status)))
+                client.sendall(_INT32.pack(os.waitstatus_to_exitcode(status)))
             except OSError:
                 pass
             client.close()
         if listener not in readable:
             continue
         client, _ = listener.accept()
-        header, fds, _, _ = socket.recv_fds(client, _STATUS.size, 3)  # the fds come with it
-        header += _recv_exactly(client, _STATUS.size - len(header))
-        body = _recv_exactly(client, _STATUS.unpack(header)[0])
+        header, fds, _, _ = socket.recv_fds(client, _INT32.size, 3)  # the fds come with it
+        header += _recv_exactly(client, _INT32.size - len(header))
+        body = _recv_exactly(client, _INT32.unpack(header)[0])
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -97,7 +97,7 @@ def _serve(path: str):
             return json.loads(body)
         for fd in fds:
             os.close(fd)
-        client.sendall(_STATUS.pack(pid))
+        client.sendall(_INT32.pack(pid))
         children[pid] = client
 
 
@@ -142,6 +142,7 @@ def _become(request: dict):
 # -- the client (in the test worker) -----------------------------------------------------------
 
 _servers: list = []
+_server_env: dict | None = None  # the environment the servers were started with
 _next = itertools.count()
 _lock = threading.Lock()
 
@@ -167,21 +168,23 @@ def _fits(argv: list, env: dict) -> bool:
             return False
     elif argv[1].startswith("-"):
         return False
-    base = _startup_env()
+    base = _server_env if _server_env is not None else _startup_env()
     keys = {k for k in set(base) | set(env) if _read_at_startup(k)}
     return all(base.get(k) == env.get(k) for k in keys)
 
 
 def _server_path() -> str:
     """The socket of the next server (two per test worker, alternated), started when first used."""
+    global _server_env
     with _lock:
         if not _servers:
             atexit.register(_stop_servers)
+            _server_env = _startup_env()
             directory = tempfile.mkdtemp(prefix="preloaded-")
             for index in range(2):
                 path = os.path.join(directory, f"s{index}")
                 proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), path],
-                                        env=_startup_env(), cwd=REPO, stdin=PIPE, stdout=PIPE,
+                                        env=_server_env, cwd=REPO, stdin=PIPE, stdout=PIPE,
                                         stderr=DEVNULL)
                 _servers.append((proc, path))
             for proc, _ in _servers:
@@ -243,9 +246,9 @@ class Popen:
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn.connect(_server_path())
         try:
-            socket.send_fds(self._conn, [_STATUS.pack(len(request))], ends)
+            socket.send_fds(self._conn, [_INT32.pack(len(request))], ends)
             self._conn.sendall(request)
-            self.pid = _STATUS.unpack(_recv_exactly(self._conn, _STATUS.size))[0]
+            self.pid = _INT32.unpack(_recv_exactly(self._conn, _INT32.size))[0]
         finally:
             for fd in ends:
                 os.close(fd)
@@ -264,7 +267,7 @@ class Popen:
             return True
         self._conn.settimeout(timeout)
         try:
-            self.returncode = _STATUS.unpack(_recv_exactly(self._conn, _STATUS.size))[0]
+            self.returncode = _INT32.unpack(_recv_exactly(self._conn, _INT32.size))[0]
         except (socket.timeout, BlockingIOError):
             return False
         self._conn.close()

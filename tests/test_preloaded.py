@@ -12,7 +12,7 @@ import pytest
 import preloaded
 
 CHILD = """
-import hashlib, json, os, random, sys
+import json, os, random, sys
 import tensorflow as tf
 print(json.dumps({"name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
                   "var": os.environ.get("PRELOADED_TEST_VAR"), "input": sys.stdin.read(),
