@@ -121,11 +121,10 @@ def _become(request: dict):
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     argv = request["argv"]
-    site = _SITE
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if argv[0] == "-c":
         sys.argv = ["-c"] + argv[2:]
-        sys.path[:] = [""] + extra + site
+        sys.path[:] = [""] + extra + _SITE
         import types
         main = types.ModuleType("__main__")
         main.__builtins__ = __builtins__
@@ -135,7 +134,7 @@ def _become(request: dict):
         import runpy
         script = argv[0]
         sys.argv = list(argv)
-        sys.path[:] = [os.path.dirname(os.path.realpath(script))] + extra + site
+        sys.path[:] = [os.path.dirname(os.path.realpath(script))] + extra + _SITE
         runpy.run_path(script, run_name="__main__")
 
 

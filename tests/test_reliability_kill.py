@@ -21,19 +21,8 @@ import pretrain_fixtures as fx
 from util import checkpoint, preemption
 
 from tests.test_finetune_data import VOCAB, write_fixtures
-from tests.test_preemption import _assert_bit_identical, _no_temporaries
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KILL_RESUME = os.path.join(REPO, "tools", "kill_resume.py")
-
-
-def _env():
-    return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-
-
-def _script(name, data_dir, model, hparams):
-    return [os.path.join(REPO, name), "--data-dir", str(data_dir), "--model-name", model,
-            "--hparams", json.dumps(hparams)]
+from tests.test_preemption import (KILL_RESUME, _assert_bit_identical, _env, _no_temporaries,
+                                   _script)
 
 
 def _killed_inside(watch, pattern, ordinal, command, signal_name="KILL"):
