@@ -23,6 +23,7 @@ import contextlib
 import importlib
 import inspect
 import json
+import logging
 import io
 import os
 import pkgutil
@@ -32,9 +33,7 @@ import subprocess
 import sys
 import warnings
 
-from util import workers
 
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 # Modules with side effects on import (a browser, a poem, a GUI) or nothing to read.
 SKIP_MODULES = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "__main__",
                 "lib2to3", "ensurepip", "venv", "pydoc_data", "test", "msvcrt", "winreg",
@@ -167,12 +166,29 @@ def write_corpus_and_task(work_dir: str, seed: int = 0) -> dict:
 
 
 def _run(step: str, args: list[str], verbose: bool = False) -> None:
-    """Runs one of the project's scripts as a user would, stopping the demo if it fails."""
+    """Runs one of the project's commands, stopping the demo if it fails.
+
+    In this process, as the command's own `main(argv)`: the same messages and exit status as the
+    command line printed, without each command's start-up (importing TensorFlow again took about
+    4 s a step on a 2-core host)."""
     args = args + ["--verbose"] if verbose else args
     print(f"\n== {step}\n$ python {' '.join(args)}", flush=True)
-    result = subprocess.run([sys.executable] + args, cwd=REPO_DIR)
-    if result.returncode != 0:
-        sys.exit(f"demo: step '{step}' failed: the command {workers.fate(result.returncode)}; "
+    script, argv = args[0], args[1:]
+    command = importlib.import_module(script[:-len(".py")].replace("/", "."))
+    # Each command configures logging as in its own process (its own line format).
+    for handler in logging.root.handlers[:]:
+        logging.root.removeHandler(handler)
+    saved_argv, sys.argv = sys.argv, [script] + argv
+    try:
+        status = command.main(argv)
+    except SystemExit as stop:  # argparse's errors
+        status = stop.code if isinstance(stop.code, int) else 1
+    finally:
+        sys.argv = saved_argv
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if status:
+        sys.exit(f"demo: step '{step}' failed: the command exited with status {status}; "
                  "see the messages above")
 
 
@@ -243,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     _run("2/6 pre-training data (a SentencePiece vocabulary trained on the corpus first)",
          ["build_pretraining_dataset.py", "--corpus-dir", os.path.join(work, "corpus"),
           "--vocab-size", str(args.vocab_size), "--output-dir", tfrecords,
-          "--max-seq-length", "128", "--num-processes", "2"], verbose)
+          "--max-seq-length", "128"], verbose)
     spm_model = os.path.join(tfrecords, "spm.model")
     hparams = pretrain_hparams(spm_model, args.vocab_size, args.pretrain_steps,
                                "bfloat16" if _has_bf16() else "float32")
@@ -332,4 +348,8 @@ if __name__ == "__main__":
         print(f"{summary['documents']} documents ({summary['pretrain_documents']} for pre-training, "
               f"{summary['corpus_mb']:.1f} MB); reference-or-library task sizes {summary['task_sizes']}")
         sys.exit(0)
-    sys.exit(main())
+    status = main()
+    # As the training commands end: everything is written and closed; skip the interpreter's
+    # teardown of TensorFlow (a second or two).
+    from util import preemption
+    preemption.exit_now(status)
