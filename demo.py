@@ -181,12 +181,16 @@ def _run(step: str, args: list[str], verbose: bool = False) -> None:
     saved_argv, sys.argv = sys.argv, [script] + argv
     try:
         status = command.main(argv)
-    except SystemExit as stop:  # argparse's errors
-        status = stop.code if isinstance(stop.code, int) else 1
+    except SystemExit as stop:  # argparse: --help (None) or a usage error (2)
+        status = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
     finally:
         sys.argv = saved_argv
         sys.stdout.flush()
         sys.stderr.flush()
+    from util import preemption  # loaded with the command (it imports TensorFlow)
+    if status == preemption.EXIT_PREEMPTED:
+        sys.exit(f"demo: stopped by a signal during step '{step}', its state saved; run the "
+                 "same demo command again to continue")
     if status:
         sys.exit(f"demo: step '{step}' failed: the command exited with status {status}; "
                  "see the messages above")

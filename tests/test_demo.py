@@ -48,3 +48,35 @@ def test_demo_path_runs_and_writes_its_outputs(tmp_path):
         assert fields[:2] == label
         assert float(fields[2]) == pytest.approx(100 * probes[column]["sst/mean"], abs=0.051)
         assert 0.0 <= float(fields[3]) <= 100.0
+
+
+def test_a_step_runs_as_its_commands_main_and_a_stop_says_how_to_continue(monkeypatch, capsys):
+    """demo._run: the command's main gets the printed arguments (and sees them as sys.argv);
+    a failed step stops the demo with its status, a step stopped by a signal (exit 75) with how
+    to continue."""
+    import types
+
+    import demo
+    from util import preemption
+
+    calls, statuses = [], iter([0, 2, preemption.EXIT_PREEMPTED])
+
+    def main(argv):
+        calls.append((argv, list(sys.argv)))
+        return next(statuses)
+
+    monkeypatch.setattr(demo.importlib, "import_module",
+                        lambda name: types.SimpleNamespace(main=main) if name == "tools.probe"
+                        else None)
+    argv_before = list(sys.argv)
+    demo._run("5/6 probe", ["tools/probe.py", "--model-dir", "m"])
+    assert calls == [(["--model-dir", "m"], ["tools/probe.py", "--model-dir", "m"])]
+    assert "== 5/6 probe\n$ python tools/probe.py --model-dir m" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="step '5/6 probe' failed: the command exited with "
+                                         "status 2"):
+        demo._run("5/6 probe", ["tools/probe.py", "--model-dir", "m"])
+    with pytest.raises(SystemExit, match="stopped by a signal during step '5/6 probe', its state "
+                                         "saved; run the same demo command again to continue"):
+        demo._run("5/6 probe", ["tools/probe.py", "--model-dir", "m"], verbose=True)
+    assert calls[-1][0] == ["--model-dir", "m", "--verbose"]
+    assert sys.argv == argv_before
