@@ -84,6 +84,8 @@ class FinetuningConfig(HParams):
                                         valid=AT_LEAST_ONE)
     max_eval_examples: int | None = hp(None, "evaluate on only the first N dev examples (quick runs)",
                                        valid=AT_LEAST_ONE)
+    tagging_label_encoding: str = hp("BIOES", "labels that chunk (span) tags train on: BIOES (B-, I-, E-, S-<type> and O, as the official release) or IOB2 (B-, I-<type> and O: half as many classes, the Hugging Face token-classification recipe's); predictions are scored as IOB2 either way",
+                                     valid=OneOf(("BIOES", "IOB2")))
     heldout_dev_sentences: int = hp(1000, "tagging tasks without dev.txt (chunk): the last N train.txt sentences are held out as the dev set",
                                     valid=NON_NEGATIVE)
 

@@ -168,6 +168,20 @@ def cpu_seconds() -> float:
 # ---------------------------------------------------------------------------------------------
 # The machine's matmul limit, measured in the same run.
 
+def median_call_ms(fn, args, calls: int) -> float:
+    """Median wall ms of `fn(*args)` over `calls` calls after 3 untimed ones, its outputs copied
+    to the host each time."""
+    import tensorflow as tf
+    for _ in range(3):
+        tf.nest.map_structure(lambda t: t.numpy(), fn(*args))
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
 def matmul_limit(dtype: str, n: int = 2048, repeats: int = 6) -> float:
     """GFLOP/s of an n x n x n matmul in graph mode, best of `repeats` (float32 or bfloat16)."""
     import tensorflow as tf

@@ -14,24 +14,14 @@ Median wall time of --calls calls after warm-up (outputs copied to the host, as 
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 
 def median_ms(fn, args, calls: int) -> float:
-    import tensorflow as tf
-    for _ in range(3):
-        tf.nest.map_structure(lambda t: t.numpy(), fn(*args))
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        tf.nest.map_structure(lambda t: t.numpy(), fn(*args))
-        times.append(time.perf_counter() - start)
-    return round(statistics.median(times) * 1e3, 2)
+    return round(common.median_call_ms(fn, args, calls), 2)
 
 
 def attention_layouts(calls: int) -> list[dict]:

@@ -73,6 +73,30 @@ def test_without_dev_file_the_end_of_train_is_held_out_and_logged(tmp_path, capl
     assert train[0].tags[:2] == ["B-NP", "I-NP"]  # the file's tags are kept for scoring
 
 
+def test_iob2_labels_train_on_half_the_classes_and_score_as_bioes_does(tmp_path):
+    """tagging_label_encoding IOB2: O/B-/I- labels (23 classes for CoNLL-2000's 11 types, against
+    BIOES's 45), another feature cache, and the same chunks scored from a perfect prediction."""
+    files = {"train.txt": TRAIN, "dev.txt": "a DT B-NP\ncat NN I-NP\nsat VBD B-VP\n"}
+    bioes = make_task(tmp_path / "bioes", files)
+    iob2 = make_task(tmp_path / "iob2", files, tagging_label_encoding="IOB2")
+    assert len(iob2.label_list) == 23 and iob2.label_list == sorted(iob2.label_list)
+    assert not any(label[:2] in ("E-", "S-") for label in iob2.label_list)
+    sentence = iob2.get_examples("train")[0]
+    assert sentence.labels == ["B-NP", "I-NP", "B-VP", "B-PP", "B-NP", "I-NP", "O"]
+    assert sentence.tags == bioes.get_examples("train")[0].tags
+    assert iob2.cache_key()["encoding"] == "IOB2" != bioes.cache_key()["encoding"]
+    for task in (bioes, iob2):
+        scorer = task.get_scorer("dev")
+        [features] = task.featurize(task.get_examples("dev")[0], is_training=False)
+        scorer.update({"eid": 0, "first_word": 0, "predictions": np.array(features["chunk_labels"]),
+                       "labels_mask": np.array(features["chunk_labels_mask"]), "loss": 0.0})
+        assert dict(scorer.get_results())["f1"] == 100.0
+        assert scorer.conll_text().split("\n")[:3] == ["a B-NP B-NP", "cat I-NP I-NP",
+                                                       "sat B-VP B-VP"]
+    with pytest.raises(ValueError, match="tagging_label_encoding"):
+        make_config(tmp_path / "bad", tagging_label_encoding="BIO")
+
+
 def test_dev_file_is_used_when_present(tmp_path):
     task = make_task(tmp_path, {"train.txt": TRAIN, "dev.txt": "a DT B-NP\ncat NN I-NP\n"})
     assert len(task.get_examples("train")) == 4

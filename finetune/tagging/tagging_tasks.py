@@ -6,8 +6,8 @@ ignored. CoNLL-2000 has no official dev set: without dev.txt the last `heldout_d
 sentences of train.txt become the dev set (and are left out of training), which is logged.
 
 Labels: each word's chunk tag is re-encoded in BIOES over the fixed CoNLL-2000 chunk types (the
-official release also trains on BIOES); predictions are decoded back to IOB2 for scoring and
-output. Only the first WordPiece of a word carries its label; the other pieces get none.
+official release also trains on BIOES; hparam `tagging_label_encoding: IOB2` trains on O/B-/I-
+labels instead); predictions are decoded back to IOB2 for scoring and output. Only the first WordPiece of a word carries its label; the other pieces get none.
 
 Windows: a sentence whose pieces do not fit in `max_seq_length - 2` ([CLS] ... [SEP]) is cut into
 overlapping windows of whole words. Each word is labelled in exactly one window (the one where it
@@ -37,15 +37,16 @@ log = logging.getLogger(__name__)
 # The chunk types of CoNLL-2000 (all occur in its training set).
 CONLL2000_CHUNK_TYPES = ("ADJP", "ADVP", "CONJP", "INTJ", "LST", "NP", "PP", "PRT", "SBAR",
                          "UCP", "VP")
-LABEL_ENCODING = "BIOES"
 # The official tagging featurizer sets segment id 1 on every real token (CLS and SEP included).
 SEGMENT_ID = 1
 DOCSTART = "-DOCSTART-"
 
 
-def bioes_label_list(chunk_types: Sequence[str]) -> list[str]:
-    """"O" and B/I/E/S-<type> for every type, sorted as strings (the official label order)."""
-    return sorted([tagging_metrics.OUTSIDE] + [f"{p}-{t}" for t in chunk_types for p in "BIES"])
+def bioes_label_list(chunk_types: Sequence[str], encoding: str = "BIOES") -> list[str]:
+    """"O" and B/I/E/S-<type> (IOB2: B/I-<type>) for every type, sorted as strings (the official
+    label order)."""
+    prefixes = "BIES" if encoding == "BIOES" else "BI"
+    return sorted([tagging_metrics.OUTSIDE] + [f"{p}-{t}" for t in chunk_types for p in prefixes])
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -228,6 +229,7 @@ class TaggingTask(task_lib.Task):
     def __init__(self, config: configure_finetuning.FinetuningConfig, name: str, tokenizer):
         super().__init__(config, name)
         self._tokenizer = tokenizer
+        self.label_encoding = config.tagging_label_encoding
         self._files: dict[str, list[ConllSentence]] = {}
         self._examples: dict[str, list[TaggingExample]] = {}
         self._logged_holdout = False
@@ -241,7 +243,7 @@ class TaggingTask(task_lib.Task):
                 self.chunk_types = self.types_in(train)
         self._check_something_to_learn()
         if self.span_tags:
-            self.label_list = bioes_label_list(self.chunk_types)
+            self.label_list = bioes_label_list(self.chunk_types, self.label_encoding)
             self._valid_tags = {tagging_metrics.OUTSIDE} | {
                 f"{p}-{t}" for t in self.chunk_types for p in "BIES"}
         else:
@@ -363,7 +365,7 @@ class TaggingTask(task_lib.Task):
     def _labels(self, tags: list[str]) -> tuple[list[str], list[str]]:
         """(tags to score against, training labels) of a sentence's tags as in the file.
 
-        Chunk tags train as BIOES and are scored as conlleval reads IOB (a BIOES file's tags
+        Chunk tags train as BIOES (or IOB2: `tagging_label_encoding`) and are scored as conlleval reads IOB (a BIOES file's tags
         become IOB2 first: conlleval does not know S- and E-). Token tags are both.
         """
         if not self.span_tags:
@@ -371,7 +373,7 @@ class TaggingTask(task_lib.Task):
         if any(t[:2] in ("E-", "S-") for t in tags):
             tags = tagging_metrics.bioes_to_iob2(tags)
         chunks = tagging_metrics.get_chunks(tags)
-        return tags, tagging_metrics.chunks_to_tags(chunks, len(tags), LABEL_ENCODING)
+        return tags, tagging_metrics.chunks_to_tags(chunks, len(tags), self.label_encoding)
 
     def get_examples(self, split: str) -> list[TaggingExample]:
         if split not in self._examples:
@@ -391,7 +393,7 @@ class TaggingTask(task_lib.Task):
 
     def cache_key(self) -> dict[str, Any]:
         return {"labels": self.label_list,
-                "encoding": LABEL_ENCODING if self.span_tags else "token",
+                "encoding": self.label_encoding if self.span_tags else "token",
                 "heldout_dev_sentences": self.heldout_size(), "windows": "half-overlap-v1"}
 
     # -- featurizing ----------------------------------------------------------------------------
