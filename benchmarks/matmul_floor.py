@@ -22,9 +22,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
+LAYERS = 12  # ELECTRA-Small
+
 
 def step_matmuls(batch: int, seq: int, hidden: int, ffn: int, heads: int, embedding: int):
-    """(name, count per step, a shape, b shape, transpose_a, transpose_b, batched) of the step."""
+    """(name, count per step, a's shape, b's shape, transpose_a, transpose_b) of each matmul."""
     tokens, head = batch * seq, hidden // heads
     dense = [("qkv_and_output", 4 * LAYERS, tokens, hidden, hidden),
              ("ffn_in", LAYERS, tokens, hidden, ffn), ("ffn_out", LAYERS, tokens, ffn, hidden),
@@ -42,9 +44,6 @@ def step_matmuls(batch: int, seq: int, hidden: int, ffn: int, heads: int, embedd
              ("context dP", LAYERS, (bh, seq, head), (bh, seq, head), False, True),
              ("context dV", LAYERS, (bh, seq, seq), (bh, seq, head), True, False)]
     return rows
-
-
-LAYERS = 12
 
 
 def main() -> None:
@@ -66,8 +65,8 @@ def main() -> None:
         total_ms, total_flops = 0.0, 0
         # A call's own cost (dispatch, the scalar back to Python), taken off every matmul's time.
         tiny = tf.cast(tf.ones([8, 8]), dtype)
-        overhead = common.median_call_ms(tf.function(lambda x: tf.reduce_sum(tf.cast(x[:1, :1], tf.float32))),
-                             (tiny,), args.calls)
+        nothing = tf.function(lambda x: tf.reduce_sum(tf.cast(x[:1, :1], tf.float32)))
+        overhead = common.median_call_ms(nothing, (tiny,), args.calls)
         print(f"\n{dtype}: 2048^3 matmul limit {limit:.0f} GFLOP/s; a call's own cost "
               f"{overhead:.3f} ms, taken off each time below\n")
         print("| matmul | per step | ms each | GFLOP/s | ms per step |\n|---|---|---|---|---|")

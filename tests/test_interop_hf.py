@@ -324,7 +324,7 @@ def test_other_electra_models_import_their_encoder(source, tmp_path, architectur
 
 def test_tagger_maps_exactly_to_token_classification(source, tmp_path):
     from finetune.tagging import tagging_tasks
-    labels = tagging_tasks.bioes_label_list(tagging_tasks.Chunking.chunk_types)
+    labels = tagging_tasks.chunk_label_list(tagging_tasks.Chunking.chunk_types)
     trial = trial_dir(tmp_path, source, labels=len(labels), task="chunk")
     tmd = model_dir_lib.read_model_dir(trial, vocab_file=os.path.join(source, "vocab.txt"))
     export_model.export_huggingface(tmd, str(tmp_path / "tagger"))

@@ -83,7 +83,7 @@ def random_model_dir(path: str, vocab_file: str) -> None:
     io_utils.write_text(os.path.join(path, "vocab.txt"), open(vocab_file, encoding="utf-8").read())
     # Fine-tuned trials: SST-2 (2 labels) and chunking (BIOES tags), random heads.
     from finetune.tagging import tagging_tasks
-    num_tags = len(tagging_tasks.bioes_label_list(tagging_tasks.Chunking.chunk_types))
+    num_tags = len(tagging_tasks.chunk_label_list(tagging_tasks.Chunking.chunk_types))
     encoder = {n: v for n, v in tensors.items() if n.startswith("electra/")}
     for task, labels in (("sst", 2), ("chunk", num_tags)):
         trial = os.path.join(path, "finetuning_models", f"{task}_model_1")

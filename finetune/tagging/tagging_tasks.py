@@ -7,7 +7,8 @@ sentences of train.txt become the dev set (and are left out of training), which 
 
 Labels: each word's chunk tag is re-encoded in BIOES over the fixed CoNLL-2000 chunk types (the
 official release also trains on BIOES; hparam `tagging_label_encoding: IOB2` trains on O/B-/I-
-labels instead); predictions are decoded back to IOB2 for scoring and output. Only the first WordPiece of a word carries its label; the other pieces get none.
+labels instead); predictions are decoded back to IOB2 for scoring and output. Only the first
+WordPiece of a word carries its label; the other pieces get none.
 
 Windows: a sentence whose pieces do not fit in `max_seq_length - 2` ([CLS] ... [SEP]) is cut into
 overlapping windows of whole words. Each word is labelled in exactly one window (the one where it
@@ -42,7 +43,7 @@ SEGMENT_ID = 1
 DOCSTART = "-DOCSTART-"
 
 
-def bioes_label_list(chunk_types: Sequence[str], encoding: str = "BIOES") -> list[str]:
+def chunk_label_list(chunk_types: Sequence[str], encoding: str = "BIOES") -> list[str]:
     """"O" and B/I/E/S-<type> (IOB2: B/I-<type>) for every type, sorted as strings (the official
     label order)."""
     prefixes = "BIES" if encoding == "BIOES" else "BI"
@@ -243,7 +244,7 @@ class TaggingTask(task_lib.Task):
                 self.chunk_types = self.types_in(train)
         self._check_something_to_learn()
         if self.span_tags:
-            self.label_list = bioes_label_list(self.chunk_types, self.label_encoding)
+            self.label_list = chunk_label_list(self.chunk_types, self.label_encoding)
             self._valid_tags = {tagging_metrics.OUTSIDE} | {
                 f"{p}-{t}" for t in self.chunk_types for p in "BIES"}
         else:
@@ -365,8 +366,9 @@ class TaggingTask(task_lib.Task):
     def _labels(self, tags: list[str]) -> tuple[list[str], list[str]]:
         """(tags to score against, training labels) of a sentence's tags as in the file.
 
-        Chunk tags train as BIOES (or IOB2: `tagging_label_encoding`) and are scored as conlleval reads IOB (a BIOES file's tags
-        become IOB2 first: conlleval does not know S- and E-). Token tags are both.
+        Chunk tags train as BIOES (or IOB2: `tagging_label_encoding`) and are scored as conlleval
+        reads IOB (a BIOES file's tags become IOB2 first: conlleval does not know S- and E-).
+        Token tags are both.
         """
         if not self.span_tags:
             return tags, tags
