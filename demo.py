@@ -22,9 +22,9 @@ import argparse
 import contextlib
 import importlib
 import inspect
+import io
 import json
 import logging
-import io
 import os
 import pkgutil
 import random
@@ -32,7 +32,6 @@ import re
 import subprocess
 import sys
 import warnings
-
 
 # Modules with side effects on import (a browser, a poem, a GUI) or nothing to read.
 SKIP_MODULES = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "__main__",

@@ -165,9 +165,6 @@ def cpu_seconds() -> float:
     return time.process_time()
 
 
-# ---------------------------------------------------------------------------------------------
-# The machine's matmul limit, measured in the same run.
-
 def median_call_ms(fn, args, calls: int) -> float:
     """Median wall ms of `fn(*args)` over `calls` calls after 3 untimed ones, its outputs copied
     to the host each time."""
@@ -181,6 +178,9 @@ def median_call_ms(fn, args, calls: int) -> float:
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
 
+
+# ---------------------------------------------------------------------------------------------
+# The machine's matmul limit, measured in the same run.
 
 def matmul_limit(dtype: str, n: int = 2048, repeats: int = 6) -> float:
     """GFLOP/s of an n x n x n matmul in graph mode, best of `repeats` (float32 or bfloat16)."""

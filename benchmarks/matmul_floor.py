@@ -6,9 +6,8 @@ tf.function on the same threads as the step: the forward products (Q, K, V, atte
 FFN in and out; attention scores and context as batched matmuls over the heads), and for each
 its two gradients as TensorFlow's gradient of MatMul computes them (dX = dY W^T with
 transpose_b, dW = X^T dY with transpose_a), less the cost of calling a function that does
-nothing. The sum over 12 layers (plus the embedding
-projection) is the floor the step's matmuls put under it at their isolated speed, in the
-dtype given. The peer's step in the same dtype (hf_finetune_bench.py, bfloat16 under autocast)
+nothing, the best of --passes passes. The sum over 12 layers (plus the embedding projection) is
+the floor the step's matmuls put under it at their isolated speed, in the dtype given. The peer's step in the same dtype (hf_finetune_bench.py, bfloat16 under autocast)
 is measured in the same run, after the matmuls: the step a ratio to it allows, and what that
 leaves for everything that is not a matmul (the whole step: finetune_throughput.py).
 
@@ -26,23 +25,26 @@ LAYERS = 12  # ELECTRA-Small
 
 
 def step_matmuls(batch: int, seq: int, hidden: int, ffn: int, heads: int, embedding: int):
-    """(name, count per step, a's shape, b's shape, transpose_a, transpose_b) of each matmul."""
+    """(name, count per step, a's shape, b's shape, transpose_a, transpose_b, FLOPs) of each
+    matmul."""
     tokens, head = batch * seq, hidden // heads
     dense = [("qkv_and_output", 4 * LAYERS, tokens, hidden, hidden),
              ("ffn_in", LAYERS, tokens, hidden, ffn), ("ffn_out", LAYERS, tokens, ffn, hidden),
              ("embedding_projection", 1, tokens, embedding, hidden)]
     rows = []
-    for name, count, m, k, n in dense:
-        rows.append((f"{name} forward", count, (m, k), (k, n), False, False))
-        rows.append((f"{name} dX", count, (m, n), (k, n), False, True))
-        rows.append((f"{name} dW", count, (m, k), (m, n), True, False))
+    for name, count, m, k, n in dense:  # a forward product and its gradients: the same FLOPs
+        flops = 2 * m * k * n
+        rows.append((f"{name} forward", count, (m, k), (k, n), False, False, flops))
+        rows.append((f"{name} dX", count, (m, n), (k, n), False, True, flops))
+        rows.append((f"{name} dW", count, (m, k), (m, n), True, False, flops))
     bh = batch * heads  # scores S = Q K^T, context = P V; each has two gradients
-    rows += [("scores forward", LAYERS, (bh, seq, head), (bh, seq, head), False, True),
-             ("scores dQ", LAYERS, (bh, seq, seq), (bh, seq, head), False, False),
-             ("scores dK", LAYERS, (bh, seq, seq), (bh, seq, head), True, False),
-             ("context forward", LAYERS, (bh, seq, seq), (bh, seq, head), False, False),
-             ("context dP", LAYERS, (bh, seq, head), (bh, seq, head), False, True),
-             ("context dV", LAYERS, (bh, seq, seq), (bh, seq, head), True, False)]
+    flops = 2 * bh * seq * seq * head
+    rows += [("scores forward", LAYERS, (bh, seq, head), (bh, seq, head), False, True, flops),
+             ("scores dQ", LAYERS, (bh, seq, seq), (bh, seq, head), False, False, flops),
+             ("scores dK", LAYERS, (bh, seq, seq), (bh, seq, head), True, False, flops),
+             ("context forward", LAYERS, (bh, seq, seq), (bh, seq, head), False, False, flops),
+             ("context dP", LAYERS, (bh, seq, head), (bh, seq, head), False, True, flops),
+             ("context dV", LAYERS, (bh, seq, seq), (bh, seq, head), True, False, flops)]
     return rows
 
 
@@ -73,19 +75,15 @@ def main() -> None:
         shapes = step_matmuls(args.batch, args.seq_len, 256, 1024, 4, 128)
         best = {}
         for _ in range(args.passes):  # the host's speed drifts: each shape's best pass counts
-            for name, count, a_shape, b_shape, ta, tb in shapes:
+            for name, count, a_shape, b_shape, ta, tb, _ in shapes:
                 a = tf.cast(tf.random.stateless_normal(a_shape, seed=[1, 2]), dtype)
                 b = tf.cast(tf.random.stateless_normal(b_shape, seed=[3, 4]), dtype)
                 fn = tf.function(lambda x, y, ta=ta, tb=tb: tf.reduce_sum(tf.cast(
                     tf.matmul(x, y, transpose_a=ta, transpose_b=tb)[..., :1, :1], tf.float32)))
                 ms = common.median_call_ms(fn, (a, b), args.calls) - overhead
                 best[name] = min(best.get(name, ms), ms)
-        for name, count, a_shape, b_shape, ta, tb in shapes:
+        for name, count, a_shape, b_shape, _, _, flops in shapes:
             ms = best[name]
-            m = a_shape[-1] if ta else a_shape[-2]
-            k = a_shape[-2] if ta else a_shape[-1]
-            n = b_shape[-2] if tb else b_shape[-1]
-            flops = 2 * m * k * n * (a_shape[0] if len(a_shape) == 3 else 1)
             total_ms += count * ms
             total_flops += count * flops
             print(f"| {name} {a_shape}x{b_shape} | {count} | {ms:.2f} | {flops / ms / 1e6:.0f} | "
