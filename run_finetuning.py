@@ -230,10 +230,10 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     checkpoint.check_path(config.model_dir, "model dir")
     config.check_output_paths(["results_txt", "results_json"],
                               ["preprocessed_data_dir", "test_predictions_dir", "qa_dir"])
+    training_utils.run_as_the_commands_run()  # before the strategy starts TensorFlow's context
     strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                           config.gcp_project)
     preemption.rearm()  # after the strategy: see util/preemption.py
-    training_utils.run_as_the_commands_run()
     tokenizer = task_builder.build_tokenizer(config)
     tasks = task_builder.get_tasks(config, tokenizer)
     data_files = []

@@ -58,11 +58,11 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
     """Trains (do_train) and/or evaluates (do_eval); returns the final eval metrics if any."""
     if not (config.do_train or config.do_eval):
         raise HParamError("nothing to do: set do_train and/or do_eval to true")
+    tu.run_as_the_commands_run()  # before the strategy starts TensorFlow's context
     if strategy is None:
         strategy = distribution.make_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                               config.gcp_project)
         preemption.rearm()  # after the strategy: see util/preemption.py
-    tu.run_as_the_commands_run()
     with distribution.leave_together(strategy) as parting:
         metrics = _train_or_eval(config, strategy)
     if parting.chief_outcome == "Preempted":  # the chief stopped in its own part of the eval

@@ -58,12 +58,17 @@ def main() -> None:
     parser.add_argument("--graph-rewrites", action="store_true",
                         help="run the graphs with Grappler's rewrites (run_pretraining.py runs "
                              "them without)")
+    parser.add_argument("--constant-folding", action="store_true",
+                        help="instantiate functions with constant folding (run_pretraining.py "
+                             "turns it off)")
     parser.add_argument("--graph-options", default=None, metavar="JSON",
                         help="Grappler options for tf.config.optimizer.set_experimental_options, "
                              "e.g. '{\"constant_folding\": false}' (which rewrites pay)")
     args = parser.parse_args()
     training_utils.collect_garbage_rarely()  # as run_pretraining.py sets its collector
-    if not args.graph_rewrites:
+    if args.constant_folding:  # Grappler off only, folding left on
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    elif not args.graph_rewrites:
         training_utils.run_graphs_as_traced()  # as run_pretraining.py runs its graphs
     if args.graph_options:
         tf.config.optimizer.set_experimental_options(json.loads(args.graph_options))

@@ -8,6 +8,8 @@ import sys
 import pytest
 import tensorflow as tf
 
+import preloaded
+from conftest import REPO_ROOT
 from util import training_utils as tu
 
 
@@ -116,3 +118,55 @@ def test_resume_rule_splits_refused_and_allowed_changes():
                                             ignore=frozenset({"model_dir"}))
     assert refused == ["hidden_size: 32 -> 64"]
     assert allowed == ["learning_rate: 0.001 -> 0.0005"]  # keys only one side knows: no change
+
+
+def test_functions_here_are_instantiated_without_constant_folding():
+    """conftest's session fixture ran run_as_the_commands_run before this worker's first op:
+    the eager context started without constant folding at function instantiation (OptimizerOptions
+    L0, common subexpression elimination kept) and with Grappler off. Once the context runs, a
+    call changes nothing and says so."""
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.eager import context
+    tf.constant(0.0)
+    config = context.context().config
+    options = config.graph_options.optimizer_options
+    assert options.opt_level == config_pb2.OptimizerOptions.L0
+    assert options.do_common_subexpression_elimination and not options.do_constant_folding
+    assert config.graph_options.rewrite_options.disable_meta_optimizer
+    assert tu._instantiate_without_constant_folding() is False
+
+
+# The command's strategy is built (which starts TensorFlow's context) only after the process
+# settings, so that the option the context reads at its start is there.
+_SETTINGS_BEFORE_STRATEGY = """
+import pathlib, sys
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.eager import context
+import run_finetuning, run_pretraining
+from configure_pretraining import PretrainingConfig
+from tests.test_finetune_data import make_config
+from util import distribution
+
+def make_strategy(*args, **kwargs):
+    started = context.context()._context_handle is not None
+    options = context.context().config.graph_options.optimizer_options
+    print("at the strategy: context started", started, "folding",
+          options.opt_level != config_pb2.OptimizerOptions.L0 or options.do_constant_folding)
+    sys.exit(0)
+
+distribution.make_strategy = make_strategy
+work = pathlib.Path(sys.argv[2])
+if sys.argv[1] == "pretraining":
+    run_pretraining.train_or_eval(PretrainingConfig.from_hparams("m", str(work), {}))
+else:
+    run_finetuning.run_finetuning(make_config(work, ["sst"]))
+"""
+
+
+@pytest.mark.parametrize("command", ["pretraining", "finetuning"])
+def test_the_commands_apply_their_settings_before_building_the_strategy(command, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    done = preloaded.run([sys.executable, "-c", _SETTINGS_BEFORE_STRATEGY, command, str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "at the strategy: context started False folding False" in done.stdout, done.stdout[-2000:]

@@ -413,12 +413,40 @@ def all_finite(tensors: Iterable[tf.Tensor]) -> tf.Tensor:
 
 
 def run_graphs_as_traced() -> None:
-    """Turns off Grappler's graph rewrites for this process, as both training commands run.
+    """Turns off Grappler's graph rewrites for this process, as both training commands run, and,
+    when called before TensorFlow's first op, constant folding at function instantiation.
 
     The rewrites cost ELECTRA-Small's first pre-training step about 4 s (15 -> 11 s) and its
     first fine-tuning step about 1.6 s, and made no later step faster beyond noise (float32 and
     bfloat16; BENCHMARKS.md, "Pre-training overheads" and "Fine-tuning end to end")."""
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    _instantiate_without_constant_folding()
+
+
+def _instantiate_without_constant_folding() -> bool:
+    """Turns off the constant folding that TensorFlow's classic graph optimizer runs on every
+    function it instantiates, Grappler or not (OptimizerOptions L0, common subexpression
+    elimination kept on); True if it took effect. The eager context reads the option once, when
+    it starts: called later, this changes nothing.
+
+    Folding cost a fifth of a tiny model's first call and about 1 s of ELECTRA-Small's first
+    float32 pre-training step, and made no step faster (BENCHMARKS.md, "Without constant folding
+    at instantiation")."""
+    # No public API sets the eager context's OptimizerOptions (tf.config.optimizer reaches
+    # Grappler's only); the context keeps its start-up ConfigProto in `_config`.
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.eager import context as tf_context
+    ctx = tf_context.context()
+    if getattr(ctx, "_context_handle", True) is not None or not hasattr(ctx, "_config"):
+        return False
+    config = config_pb2.ConfigProto()
+    if ctx._config is not None:
+        config.CopyFrom(ctx._config)
+    options = config.graph_options.optimizer_options
+    options.opt_level = config_pb2.OptimizerOptions.L0  # L1 would force folding back on
+    options.do_common_subexpression_elimination = True
+    ctx._config = config
+    return True
 
 
 def collect_garbage_rarely() -> None:
