@@ -326,9 +326,10 @@ class BertModel(tf.Module):
         self.remove_padding = remove_padding
         # Packed, the per-token shapes change with every batch's number of real tokens, and XLA
         # compiles the fused elementwise blocks for each. In float32 the blocks as graph ops take
-        # a step as long, so they run that way; in 16-bit the fused blocks make the step faster
-        # (they compute in float32 and round once) and repay their compiles over a run
-        # (BENCHMARKS.md, "Fine-tuning end to end").
+        # a step as long, so they run that way; in 16-bit the fused blocks make a training step
+        # faster (they compute in float32 and round once) and repay their compiles over a run
+        # (BENCHMARKS.md, "Fine-tuning end to end"). A forward pass alone (evaluation,
+        # prediction) gains too little from them to repay a compile per shape: graph ops.
         self.fused_blocks = not (remove_padding and self.dtype == tf.float32)
         self.embeddings = embeddings if embeddings is not None else Embeddings(config, scope, seed)
         embedding_size = self.embeddings.config.embedding_size
@@ -351,9 +352,13 @@ class BertModel(tf.Module):
     def __call__(self, input_ids, input_mask, token_type_ids, *, training: bool, seed=None,
                  inputs_embeds=None) -> EncoderOutput:
         """input_ids, input_mask, token_type_ids: int32 [B, L]; seed: int [2] (needed if training)."""
-        with layers.elementwise_fusion(self.fused_blocks):
+        with layers.elementwise_fusion(self._fuses(training)):
             return self._encode(input_ids, input_mask, token_type_ids, training, seed,
                                 inputs_embeds)
+
+    def _fuses(self, training: bool) -> bool:
+        """Whether the elementwise blocks are compiled by XLA in this pass (see __init__)."""
+        return self.fused_blocks and (training or not self.remove_padding)
 
     def _encode(self, input_ids, input_mask, token_type_ids, training, seed, inputs_embeds):
         seeds = layers.SeedStream(seed) if training else None
@@ -409,7 +414,7 @@ class BertModel(tf.Module):
 
     def _run_layer(self, layer, x, bias, batch_size, seq_len, layer_seeds, packing, training):
         """One layer's forward pass, its dropout masks from `layer_seeds` (drawn by _encode)."""
-        with layers.elementwise_fusion(self.fused_blocks):
+        with layers.elementwise_fusion(self._fuses(training)):
             return layer(x, bias, batch_size=batch_size, seq_len=seq_len, training=training,
                          seeds=_FixedSeeds(layer_seeds) if training else None, packing=packing)
 
