@@ -423,12 +423,18 @@ class AdamWeightDecay(tf.Module):
             update_fn = _compiled_adamw_update
         else:
             update_fn = _traced_adamw_update
+        # One product per distinct multiplier (a layer's variables share theirs), not per
+        # variable: fewer ops to trace, the same values.
+        scaled_lr = {}
         for grad, (_, var) in zip(raw, pairs):
             name = checkpoint_name(var)
             m, v = self._slots[name]
             var_lr = lr
             if self.lr_multipliers is not None:
-                var_lr = lr * self.lr_multipliers[name]
+                multiplier = self.lr_multipliers[name]
+                if multiplier not in scaled_lr:
+                    scaled_lr[multiplier] = lr * multiplier
+                var_lr = scaled_lr[multiplier]
             decay = self.weight_decay_rate if self._use_weight_decay(name) else None
             # Values, not variables, enter the compiled function (model/layers.py
             # elementwise_block says why).

@@ -416,3 +416,20 @@ def test_glue_submission_files(glue, tmp_path):
     [path] = sts.write_test_predictions(rows, "test", str(tmp_path / "out"))
     assert os.path.basename(path) == "STS-B.tsv"
     assert open(path).read() == "index\tprediction\n0\t2.500\n1\t5.000\n"  # clipped to 0..5
+
+
+def test_feature_values_are_stored_exactly_and_counted():
+    """Features are written from Python numbers (faster than numpy's scalars): the same bytes as
+    the numpy values give, float32 values exact; a wrong count is refused with the feature's name."""
+    from finetune.feature_spec import FeatureSpec
+    ints = np.array([[3, -7], [2 ** 40, 0]])
+    floats = np.array([0.1, -1e-30, 3.4e38, 1 / 3], np.float32)
+    feature = FeatureSpec("ids", [2, 2]).to_feature(ints)
+    assert feature.SerializeToString() == tf.train.Feature(
+        int64_list=tf.train.Int64List(value=ints.reshape(-1))).SerializeToString()
+    feature = FeatureSpec("weights", [4], is_int_feature=False).to_feature(floats)
+    assert feature.SerializeToString() == tf.train.Feature(
+        float_list=tf.train.FloatList(value=floats)).SerializeToString()
+    np.testing.assert_array_equal(np.array(feature.float_list.value, np.float32), floats)
+    with pytest.raises(ValueError, match="feature 'ids' expects shape"):
+        FeatureSpec("ids", [3]).to_feature([1, 2])
