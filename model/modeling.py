@@ -324,13 +324,6 @@ class BertModel(tf.Module):
         # Training keeps only each layer's input; the backward pass recomputes the rest.
         self.recompute_grad = recompute_grad
         self.remove_padding = remove_padding
-        # Packed, the per-token shapes change with every batch's number of real tokens, and XLA
-        # compiles the fused elementwise blocks for each. In float32 the blocks as graph ops take
-        # a step as long, so they run that way; in 16-bit the fused blocks make a training step
-        # faster (they compute in float32 and round once) and repay their compiles over a run
-        # (BENCHMARKS.md, "Fine-tuning end to end"). A forward pass alone (evaluation,
-        # prediction) gains too little from them to repay a compile per shape: graph ops.
-        self.fused_blocks = not (remove_padding and self.dtype == tf.float32)
         self.embeddings = embeddings if embeddings is not None else Embeddings(config, scope, seed)
         embedding_size = self.embeddings.config.embedding_size
         self.embeddings_project = None
@@ -357,8 +350,17 @@ class BertModel(tf.Module):
                                 inputs_embeds)
 
     def _fuses(self, training: bool) -> bool:
-        """Whether the elementwise blocks are compiled by XLA in this pass (see __init__)."""
-        return self.fused_blocks and (training or not self.remove_padding)
+        """Whether this pass compiles the elementwise blocks with XLA.
+
+        Packed, the per-token shapes change with every batch's number of real tokens, and XLA
+        compiles the blocks for each. In float32 the blocks as graph ops take a step as long, so
+        they run that way; in 16-bit the compiled blocks make a training step faster (they
+        compute in float32 and round once) and repay their compiles over a run (BENCHMARKS.md,
+        "Fine-tuning end to end"). A forward pass alone (evaluation, prediction) gains too little
+        from them to repay a compile per shape: graph ops. With padding the shapes are few."""
+        if not self.remove_padding:
+            return True
+        return training and self.dtype != tf.float32
 
     def _encode(self, input_ids, input_mask, token_type_ids, training, seed, inputs_embeds):
         seeds = layers.SeedStream(seed) if training else None
