@@ -302,12 +302,6 @@ def test_fused_blocks_compute_what_the_plain_graph_ops_compute(layer_settings):
     _assert_gradients_close(grads, plain_grads)
 
 
-def _compiles_blocks(fn, *args) -> bool:
-    """Whether tracing `fn(*args)` put any XLA-compiled function into its graph."""
-    library = tf.function(fn).get_concrete_function(*args).graph.as_graph_def().library
-    return any(f.attr["_XlaMustCompile"].b for f in library.function)
-
-
 @pytest.mark.parametrize("remove_padding", [True, False])
 def test_a_forward_pass_alone_compiles_no_block_once_padding_is_removed(layer_settings,
                                                                         remove_padding):
@@ -317,8 +311,11 @@ def test_a_forward_pass_alone_compiles_no_block_once_padding_is_removed(layer_se
     model = tiny_model(compute_dtype="bfloat16", remove_padding=remove_padding)
     inputs = batch([[2, 5, 6, 3, 9, 0], [2, 4, 3, 0, 0, 0]])
     seed = tf.constant([7, 8])
-    assert _compiles_blocks(lambda: model(*inputs, training=True, seed=seed))
-    assert _compiles_blocks(lambda: model(*inputs, training=False)) == (not remove_padding)
+    def compiles(fn) -> bool:
+        return bool(compiled_functions(tf.function(fn).get_concrete_function()))
+
+    assert compiles(lambda: model(*inputs, training=True, seed=seed))
+    assert compiles(lambda: model(*inputs, training=False)) == (not remove_padding)
 
 
 @pytest.mark.parametrize("fuse", [True, False])
