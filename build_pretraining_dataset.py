@@ -48,6 +48,16 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    _add_input_flags(parser)
+    _add_output_flags(parser)
+    _add_text_flags(parser)
+    _add_run_flags(parser)
+    console.add_verbose_flag(parser)
+    return parser
+
+
+def _add_input_flags(parser: argparse.ArgumentParser) -> None:
+    """The corpus and its vocabulary."""
     parser.add_argument(
         "--corpus-dir", required=True,
         help="Directory tree of raw text: UTF-8 files with one sentence or paragraph per line and "
@@ -68,6 +78,10 @@ def make_parser() -> argparse.ArgumentParser:
         help="Train a SentencePiece vocabulary of this many pieces on the corpus first; it is "
              "written to <output-dir>/spm.model with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4. "
              "Example: --vocab-size 16000")
+
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the shards go, how many and how long their examples are."""
     parser.add_argument(
         "--output-dir", required=True,
         help="Where the shards and metadata.json go. A re-run with the same settings resumes "
@@ -84,6 +98,10 @@ def make_parser() -> argparse.ArgumentParser:
         help="Number of output shards. Default: chosen from the corpus size (about 32 MB of text "
              "per shard, at least 4 per process and enough for a small held-out split), and "
              "printed; a resumed build keeps its earlier count. Example: --num-out-files 1000")
+
+
+def _add_text_flags(parser: argparse.ArgumentParser) -> None:
+    """How the text is split into documents, truncated and normalised."""
     parser.add_argument(
         "--blanks-separate-docs", type=parse_bool, nargs="?", const=True, default=None,
         metavar="BOOL",
@@ -118,6 +136,10 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-strip-accents", dest="strip_accents", action="store_false",
         help="Keep accents even when lower-casing (WordPiece only). Example: --no-strip-accents")
+
+
+def _add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """The held-out split, the seed, bad files and progress."""
     parser.add_argument(
         "--eval-fraction", type=float, default=0.02,
         help="Share of the corpus (whole files or document ranges) held out in separate shards "
@@ -135,8 +157,6 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-progress", dest="show_progress", action="store_false",
         help="No progress bar (the summary line is still printed). Example: --no-progress")
-    console.add_verbose_flag(parser)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -381,6 +381,29 @@ class AdamWeightDecay(tf.Module):
         Raises:
           ValueError: lengths differ, or a variable the optimizer was not built for.
         """
+        pairs = self._pairs_to_update(grads, variables)
+        increment = 1 if only_if is None else tf.cast(only_if, self.global_step.dtype)
+        if not pairs:
+            self.global_step.assign_add(increment)
+            return tf.constant(0.0, tf.float32)
+        # Dense before the norm and clipping, as the official TPU code (docs/FIDELITY.md).
+        raw = [tf.cast(tf.convert_to_tensor(g), tf.float32) for g, _ in pairs]
+        if global_norm is None:
+            global_norm = tf.linalg.global_norm(raw)
+        scale = self._clip_scale(global_norm)
+        step = self.global_step.read_value()
+        lr = self.learning_rate(step)
+        corrections = self._bias_corrections(step)
+        self._update_each(raw, pairs, _pick_update_fn(pairs), scale, lr, corrections, only_if)
+        self.global_step.assign_add(increment)
+        return global_norm
+
+    def _pairs_to_update(self, grads, variables) -> list:
+        """(gradient, variable) for each gradient that is not None, the slots built on first use.
+
+        Raises:
+          ValueError: lengths differ, or a variable the optimizer was not built for.
+        """
         grads, variables = list(grads), list(variables)
         if len(grads) != len(variables):
             raise ValueError(f"Got {len(grads)} gradients for {len(variables)} variables.")
@@ -394,35 +417,26 @@ class AdamWeightDecay(tf.Module):
                     f"{self.name} was not built for variable {name!r}; pass every trained "
                     f"variable to build()."
                 )
+        return pairs
 
-        increment = 1 if only_if is None else tf.cast(only_if, self.global_step.dtype)
-        if not pairs:
-            self.global_step.assign_add(increment)
-            return tf.constant(0.0, tf.float32)
-        # Dense before the norm and clipping, as the official TPU code (docs/FIDELITY.md).
-        raw = [tf.cast(tf.convert_to_tensor(g), tf.float32) for g, _ in pairs]
-        if global_norm is None:
-            global_norm = tf.linalg.global_norm(raw)
+    def _clip_scale(self, global_norm: tf.Tensor) -> Optional[tf.Tensor]:
+        """The factor that clips the gradients to clip_norm, None without clipping."""
+        if self.clip_norm is None:
+            return None
         # As tf.clip_by_global_norm computes it: a non-finite norm makes the scale NaN.
-        scale = None
-        if self.clip_norm is not None:
-            one = tf.constant(1.0, tf.float32)
-            scale = (self.clip_norm * tf.minimum(one / global_norm, one / self.clip_norm)
-                     + (global_norm - global_norm))
+        one = tf.constant(1.0, tf.float32)
+        return (self.clip_norm * tf.minimum(one / global_norm, one / self.clip_norm)
+                + (global_norm - global_norm))
 
-        step = self.global_step.read_value()
-        lr = self.learning_rate(step)
-        corrections = None
-        if self.bias_correction:
-            t = tf.cast(step + 1, tf.float32)  # this update is the t-th, t >= 1
-            corrections = (1.0 - tf.pow(self.beta_1, t), 1.0 - tf.pow(self.beta_2, t))
+    def _bias_corrections(self, step: tf.Tensor) -> Optional[Tuple[tf.Tensor, tf.Tensor]]:
+        """Adam's two bias corrections for the update at `step`, None without them."""
+        if not self.bias_correction:
+            return None
+        t = tf.cast(step + 1, tf.float32)  # this update is the t-th, t >= 1
+        return 1.0 - tf.pow(self.beta_1, t), 1.0 - tf.pow(self.beta_2, t)
 
-        if not FUSE_UPDATE:
-            update_fn = _adamw_update
-        elif any(var.shape.num_elements() >= layers.MIN_FUSED_ELEMENTS for _, var in pairs):
-            update_fn = _compiled_adamw_update
-        else:
-            update_fn = _traced_adamw_update
+    def _update_each(self, raw, pairs, update_fn, scale, lr, corrections, only_if) -> None:
+        """Assigns each variable and its slots their updated values."""
         # One product per distinct multiplier (a layer's variables share theirs), not per
         # variable: fewer ops to trace, the same values.
         scaled_lr = {}
@@ -445,13 +459,20 @@ class AdamWeightDecay(tf.Module):
             var.assign(tf.cast(param, var.dtype))
             m.assign(next_m)
             v.assign(next_v)
-        self.global_step.assign_add(increment)
-        return global_norm
 
     def apply_gradients(self, grads_and_vars: Iterable[Tuple[Optional[tf.Tensor], tf.Variable]]):
         """Same as `apply`, taking (gradient, variable) pairs."""
         pairs = list(grads_and_vars)
         return self.apply([g for g, _ in pairs], [v for _, v in pairs])
+
+
+def _pick_update_fn(pairs):
+    """The eager, traced or compiled form of the per-variable update (the same arithmetic)."""
+    if not FUSE_UPDATE:
+        return _adamw_update
+    if any(var.shape.num_elements() >= layers.MIN_FUSED_ELEMENTS for _, var in pairs):
+        return _compiled_adamw_update
+    return _traced_adamw_update
 
 
 def _adamw_update(param, m, v, grad, scale, lr, corrections, only_if, beta_1: float,
