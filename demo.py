@@ -228,7 +228,7 @@ def _scores(results_json: str) -> dict:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -247,11 +247,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true",
                         help="pass --verbose to every step: TensorFlow's start-up lines and "
                              "warnings, whole configs")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
     work = os.path.abspath(args.work_dir)
     os.makedirs(work, exist_ok=True)
-    verbose = args.verbose
+    spm_model, hparams = _pretrain(args, work)
+    model_dir = os.path.join(work, "models", "demo")
+    probe_json = _score_and_probe(work, model_dir, args.verbose)
+    _finetune_twice(args, work, model_dir, spm_model, hparams)
+    _print_scores(probe_json, model_dir, args.finetune_epochs)
+    print(f"\nEverything is in {work}: models/demo (checkpoints, TensorBoard logs, results/).")
+    return 0
 
+
+def _pretrain(args: argparse.Namespace, work: str) -> tuple[str, dict]:
+    """Steps 1-3: the corpus, its tfrecords and the pre-trained model; (spm.model, hparams)."""
     print(f"== 1/6 corpus: the standard library's documentation -> {work}/corpus", flush=True)
     # In a child process: importing hundreds of stdlib modules should not touch the demo's own.
     info = subprocess.run([sys.executable, os.path.abspath(__file__), "--write-corpus", work],
@@ -262,16 +275,19 @@ def main(argv: list[str] | None = None) -> int:
     _run("2/6 pre-training data (a SentencePiece vocabulary trained on the corpus first)",
          ["build_pretraining_dataset.py", "--corpus-dir", os.path.join(work, "corpus"),
           "--vocab-size", str(args.vocab_size), "--output-dir", tfrecords,
-          "--max-seq-length", "128"], verbose)
+          "--max-seq-length", "128"], args.verbose)
     spm_model = os.path.join(tfrecords, "spm.model")
     hparams = pretrain_hparams(spm_model, args.vocab_size, args.pretrain_steps,
                                "bfloat16" if _has_bf16() else "float32")
     _run("3/6 pre-training a tiny ELECTRA (hidden 128, 3 layers, generator 1/4 width)",
          ["run_pretraining.py", "--data-dir", work, "--model-name", "demo",
-          "--hparams", json.dumps(hparams)], verbose)
-    model_dir = os.path.join(work, "models", "demo")
-    print(_health_line(model_dir), flush=True)
+          "--hparams", json.dumps(hparams)], args.verbose)
+    print(_health_line(os.path.join(work, "models", "demo")), flush=True)
+    return spm_model, hparams
 
+
+def _score_and_probe(work: str, model_dir: str, verbose: bool) -> str:
+    """Steps 4-5: a hand-replaced word scored, and the linear probes; the probes' json."""
     original, replaced = _pick_demo_sentence(work)
     print(f"\n== 4/6 the discriminator reads a sentence in which one word was replaced by hand"
           f"\n   original: {original}\n   replaced: {replaced}", flush=True)
@@ -283,14 +299,19 @@ def main(argv: list[str] | None = None) -> int:
          "pre-trained encoder and off a random one of the same shape",
          ["tools/probe.py", "--model-dir", model_dir, "--tasks", "sst", "--sst", task_dir,
           "--train-size", "100000", "--random-seeds", "3", "--json", probe_json], verbose)
+    return probe_json
 
+
+def _finetune_twice(args: argparse.Namespace, work: str, model_dir: str, spm_model: str,
+                    hparams: dict) -> None:
+    """Step 6: fine-tuning from the pre-trained model, then from random initialisation."""
     finetune = {"task_names": ["sst"], "vocab_file": spm_model, "vocab_size": args.vocab_size,
                 "max_seq_length": 64, "num_train_epochs": args.finetune_epochs,
                 "learning_rate": 1e-3, "layerwise_lr_decay": 0.8, "adam_bias_correction": True,
                 "lr_decay_after_warmup": True, "train_batch_size": 32}
     _run("6/6 fine-tuning on the reference-or-library task (from the pre-trained model)",
          ["run_finetuning.py", "--data-dir", work, "--model-name", "demo",
-          "--hparams", json.dumps(finetune)], verbose)
+          "--hparams", json.dumps(finetune)], args.verbose)
     scratch = dict(finetune, init_checkpoint="", embedding_size=hparams["embedding_size"],
                    model_hparam_overrides=hparams["model_hparam_overrides"],
                    model_dir=os.path.join(model_dir, "finetuning_models", "sst_scratch_model"),
@@ -298,8 +319,10 @@ def main(argv: list[str] | None = None) -> int:
                    results_json=os.path.join(model_dir, "results", "sst_scratch_results.json"))
     _run("the same fine-tuning from random initialisation, for comparison",
          ["run_finetuning.py", "--data-dir", work, "--model-name", "demo",
-          "--hparams", json.dumps(scratch)], verbose)
+          "--hparams", json.dumps(scratch)], args.verbose)
 
+
+def _print_scores(probe_json: str, model_dir: str, finetune_epochs: float) -> None:
     print("\n== scores on the reference-or-library task's dev set (accuracy)")
     probes = _scores(probe_json)
     print(f"   {'':24s} {'linear probe':>13s} {'fine-tuned':>11s}")
@@ -311,9 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   linear probe: frozen features (mean over layers, mean-pooled), a softmax classifier "
           f"trained on the task's\n   training sentences; random initialisation is the mean of "
           f"{len(spread)} random encoders ({min(spread):.1f}-{max(spread):.1f}).\n"
-          f"   fine-tuned: the whole network trained on the task ({args.finetune_epochs:g} epochs).")
-    print(f"\nEverything is in {work}: models/demo (checkpoints, TensorBoard logs, results/).")
-    return 0
+          f"   fine-tuned: the whole network trained on the task ({finetune_epochs:g} epochs).")
 
 
 def _health_line(model_dir: str) -> str:

@@ -149,18 +149,39 @@ def main() -> None:
         return
 
     from model import tokenization
-    import wordpiece_reference
 
+    machine = _print_machine()
+    vocab = os.path.join(DATA, "vocab", "bert-uncased-vocab.txt")
+    work, corpus_dir, lines, megabytes = _link_corpus(args.num_files)
+    start = time.perf_counter()
+    spm_model = tokenization.train_sentencepiece(
+        (line for line in lines), os.path.join(work, "spm"), args.spm_vocab_size)
+    print(f"# SentencePiece model ({args.spm_vocab_size} pieces) trained in "
+          f"{time.perf_counter() - start:.1f} s")
+    rows = _time_tokenizers(vocab, spm_model, lines, args.repeats, megabytes)
+    rows += _time_builds(vocab, spm_model, corpus_dir, work, args.repeats, megabytes)
+    shutil.rmtree(work, ignore_errors=True)
+    baseline = {r["group"]: r["cpu_seconds"] for r in rows
+                if r["config"] in ("reference", "reference-wordpiece")}
+    for r in rows:
+        r["cpu_speedup_vs_reference"] = round(baseline[r["group"]] / r["cpu_seconds"], 2)
+    _print_rows(rows, machine)
+
+
+def _print_machine() -> dict:
     machine = machine_summary()
     load_start = load_average()
     print(f"# machine: {machine['nproc']} cores, {machine['cpu']}, flags {' '.join(machine['cpu_flags'])}; "
           f"python {machine['python']}; {machine['date']}; load average at start {load_start:.2f}")
     if load_start > 0.5:
         print(f"# warning: the machine is not idle (load {load_start:.2f}); figures are pessimistic")
+    return machine
 
+
+def _link_corpus(num_files: int) -> tuple[str, str, list[str], float]:
+    """(work dir, a corpus dir linking the first `num_files` files, their lines, their MB)."""
     corpus_src = os.path.join(DATA, "pretrain_corpus")
-    vocab = os.path.join(DATA, "vocab", "bert-uncased-vocab.txt")
-    names = sorted(os.listdir(corpus_src))[:args.num_files]
+    names = sorted(os.listdir(corpus_src))[:num_files]
     work = tempfile.mkdtemp(prefix="data_throughput_")
     corpus_dir = os.path.join(work, "corpus")
     os.makedirs(corpus_dir)
@@ -173,42 +194,48 @@ def main() -> None:
     megabytes = sum(os.path.getsize(os.path.join(corpus_src, n)) for n in names) / 1e6
     print(f"# corpus: {len(names)} files of ../shared/data/pretrain_corpus, {megabytes:.1f} MB, "
           f"{len(lines):,} lines")
+    return work, corpus_dir, lines, megabytes
 
-    start = time.perf_counter()
-    spm_model = tokenization.train_sentencepiece(
-        (line for line in lines), os.path.join(work, "spm"), args.spm_vocab_size)
-    print(f"# SentencePiece model ({args.spm_vocab_size} pieces) trained in "
-          f"{time.perf_counter() - start:.1f} s")
 
-    rows = []
+def _row(group, config, processes, result, load_before, megabytes) -> dict:
+    seconds, cpu, examples = result["seconds"], result["cpu_seconds"], result["examples"]
+    return {"group": group, "config": config, "processes": processes,
+            "mb": round(megabytes, 2), "seconds": round(seconds, 3),
+            "cpu_seconds": round(cpu, 3),
+            "mb_per_s": round(megabytes / seconds, 3),
+            "mb_per_s_per_process": round(megabytes / seconds / processes, 3),
+            "mb_per_cpu_s": round(megabytes / cpu, 3),
+            "examples": examples,
+            "examples_per_s": round(examples / seconds, 1) if examples else None,
+            "tokens": result["tokens"], "load_before": load_before,
+            "load_after": load_average()}
 
-    def record(group, config, processes, result, load_before):
-        seconds, cpu, examples = result["seconds"], result["cpu_seconds"], result["examples"]
-        rows.append({"group": group, "config": config, "processes": processes,
-                     "mb": round(megabytes, 2), "seconds": round(seconds, 3),
-                     "cpu_seconds": round(cpu, 3),
-                     "mb_per_s": round(megabytes / seconds, 3),
-                     "mb_per_s_per_process": round(megabytes / seconds / processes, 3),
-                     "mb_per_cpu_s": round(megabytes / cpu, 3),
-                     "examples": examples,
-                     "examples_per_s": round(examples / seconds, 1) if examples else None,
-                     "tokens": result["tokens"], "load_before": load_before,
-                     "load_after": load_average()})
+
+def _time_tokenizers(vocab: str, spm_model: str, lines: list[str], repeats: int,
+                     megabytes: float) -> list[dict]:
+    from model import tokenization
+    import wordpiece_reference
 
     tokenizers = [
         ("reference", lambda: wordpiece_reference.ReferenceWordpiece(vocab)),
         ("wordpiece", lambda: tokenization.FullTokenizer(vocab)),
         ("sentencepiece", lambda: tokenization.SentencePieceTokenizer(spm_model)),
     ]
+    rows = []
     for config, make in tokenizers:
         load = load_average()
-        record("tokenize", config, 1, time_tokenizer(make, lines, args.repeats), load)
+        rows.append(_row("tokenize", config, 1, time_tokenizer(make, lines, repeats), load,
+                         megabytes))
+    return rows
 
+
+def _time_builds(vocab: str, spm_model: str, corpus_dir: str, work: str, repeats: int,
+                 megabytes: float) -> list[dict]:
     builds = [("reference-wordpiece", 1, vocab), ("wordpiece", 1, vocab), ("wordpiece", 2, vocab),
               ("sentencepiece", 1, spm_model), ("sentencepiece", 2, spm_model)]
     best: dict[tuple, dict] = {}
     loads: dict[tuple, float] = {}
-    for _ in range(args.repeats):  # interleaved, so a burst of load hits all configurations
+    for _ in range(repeats):  # interleaved, so a burst of load hits all configurations
         for kind, processes, vocab_path in builds:
             load = load_average()
             result = run_child(kind, processes, corpus_dir, vocab_path, work)
@@ -217,15 +244,11 @@ def main() -> None:
             measure = "cpu_seconds" if processes == 1 else "seconds"
             if key not in best or result[measure] < best[key][measure]:
                 best[key], loads[key] = result, load
-    for (kind, processes), result in best.items():
-        record("build", kind, processes, result, loads[(kind, processes)])
-    shutil.rmtree(work, ignore_errors=True)
+    return [_row("build", kind, processes, result, loads[(kind, processes)], megabytes)
+            for (kind, processes), result in best.items()]
 
-    baseline = {r["group"]: r["cpu_seconds"] for r in rows
-                if r["config"] in ("reference", "reference-wordpiece")}
-    for r in rows:
-        r["cpu_speedup_vs_reference"] = round(baseline[r["group"]] / r["cpu_seconds"], 2)
 
+def _print_rows(rows: list[dict], machine: dict) -> None:
     print()
     print("| what | configuration | processes | wall s | CPU s | MB/s (wall) | MB/s per process | "
           "MB per CPU-s | examples/s (wall) | x reference (CPU) | load before/after |")

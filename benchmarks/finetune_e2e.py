@@ -317,6 +317,43 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    parser = _make_parser()
+    args = parser.parse_args()
+    tasks, dtypes, sizes, variants, roots = _checked_choices(parser, args)
+    common.PEER_PYTHON = args.peer_python
+    use_peer = common.use_peer(args.no_peer)
+
+    machine = common.machine_summary()
+    print(f"# machine: {machine['nproc']} cores, {machine['cpu']}, flags "
+          f"{' '.join(machine['cpu_flags'])}; {machine['date']}; load "
+          f"{common.load_average():.2f}", flush=True)
+    work = args.work or tempfile.mkdtemp(prefix="finetune_e2e_")
+    os.makedirs(work, exist_ok=True)
+    runs = []
+    try:
+        for task in tasks:
+            for n_train in sizes:
+                data_dir = prepare_rows(work, task, n_train)
+                for r in range(1, args.rounds + 1):
+                    for dtype in dtypes:
+                        runs += _run_job(args, work, data_dir, dict(
+                            task=task, n_train=n_train, dtype=dtype, round=r), variants, roots,
+                            use_peer)
+    finally:
+        rows = summarize(runs, variants[0][0]) if runs else []
+        _write_result(args, machine, rows, runs)
+        if not args.keep_work and args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(f"Fine-tuning end to end (process start to dev score), ELECTRA-Small from random "
+          f"weights, {args.epochs} epoch, batch {args.batch}, max length {args.max_len}, lr "
+          f"{args.lr}; speed x peer = the peer's wall time / ours (> 1: ours faster)")
+    print(table(rows))
+    print(f"\n# written {args.output}; machine {json.dumps(machine)}; load at end "
+          f"{common.load_average():.2f}")
+
+
+def _make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 1)[1])
@@ -354,7 +391,12 @@ def main() -> None:
                         help="keep the work directory, models and logs")
     parser.add_argument("--output", default=os.path.join(common.ROOT, "benchmarks", "results",
                                                          "finetune_e2e.json"))
-    args = parser.parse_args()
+    return parser
+
+
+def _checked_choices(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple:
+    """(tasks, dtypes, training sizes, variants, each variant's checkout) from the flags;
+    parser.error names a bad flag."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in SOURCES]
     if unknown or not tasks:
@@ -378,59 +420,41 @@ def main() -> None:
             parser.error("--our-hparams: the name baseline is --baseline-root's")
         variants.insert(0, ("baseline", dict(variants[0][1])))
         roots["baseline"] = os.path.abspath(args.baseline_root)
-    common.PEER_PYTHON = args.peer_python
-    use_peer = common.use_peer(args.no_peer)
+    return tasks, dtypes, sizes, variants, roots
 
-    machine = common.machine_summary()
-    print(f"# machine: {machine['nproc']} cores, {machine['cpu']}, flags "
-          f"{' '.join(machine['cpu_flags'])}; {machine['date']}; load "
-          f"{common.load_average():.2f}", flush=True)
-    work = args.work or tempfile.mkdtemp(prefix="finetune_e2e_")
-    os.makedirs(work, exist_ok=True)
+
+def _run_job(args: argparse.Namespace, work: str, data_dir: str, job: dict, variants: list,
+             roots: dict, use_peer: bool) -> list[dict]:
+    """One task, size, dtype and round: each of our variants, then the peer."""
+    tag = f"{job['task']}_{job['n_train']}_{job['dtype']}_r{job['round']}"
+    sides = [("ours", v) for v in variants]
+    if use_peer and job["task"] in PEER_SCRIPTS:
+        sides.append(("peer", None))
     runs = []
-    try:
-        for task in tasks:
-            for n_train in sizes:
-                data_dir = prepare_rows(work, task, n_train)
-                for r in range(1, args.rounds + 1):
-                    for dtype in dtypes:
-                        job = dict(task=task, n_train=n_train, dtype=dtype, round=r)
-                        tag = f"{task}_{n_train}_{dtype}_r{r}"
-                        sides = [("ours", v) for v in variants]
-                        if use_peer and task in PEER_SCRIPTS:
-                            sides.append(("peer", None))
-                        for side, variant in sides:
-                            load = common.wait_for_idle(args.idle_load, args.max_wait,
-                                                        f"({tag} {side})")
-                            if side == "ours":
-                                run = run_ours(work, data_dir, task, dtype, variant[0],
-                                               variant[1], args, tag, roots[variant[0]])
-                            else:
-                                run = run_peer(data_dir, task, n_train, dtype, args)
-                            run.update(job, load_before=load)
-                            runs.append(run)
-                            print(f"# {tag} {run['impl']} {run['variant']}: {run['wall_s']:.1f} s,"
-                                  f" dev {run['dev_score']}, padded {run['mean_padded_len']}, "
-                                  f"phases {run['phases']}", flush=True)
-    finally:
-        rows = summarize(runs, variants[0][0]) if runs else []
-        result = {"benchmark": "finetune_e2e", "machine": machine,
-                  "load_at_end": round(common.load_average(), 2),
-                  "args": vars(args),
-                  "rows": rows, "runs": runs}
-        os.makedirs(os.path.dirname(args.output), exist_ok=True)
-        with open(args.output + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-        os.replace(args.output + ".tmp", args.output)
-        if not args.keep_work and args.work is None:
-            shutil.rmtree(work, ignore_errors=True)
-    print()
-    print(f"Fine-tuning end to end (process start to dev score), ELECTRA-Small from random "
-          f"weights, {args.epochs} epoch, batch {args.batch}, max length {args.max_len}, lr "
-          f"{args.lr}; speed x peer = the peer's wall time / ours (> 1: ours faster)")
-    print(table(rows))
-    print(f"\n# written {args.output}; machine {json.dumps(machine)}; load at end "
-          f"{common.load_average():.2f}")
+    for side, variant in sides:
+        load = common.wait_for_idle(args.idle_load, args.max_wait, f"({tag} {side})")
+        if side == "ours":
+            run = run_ours(work, data_dir, job["task"], job["dtype"], variant[0], variant[1],
+                           args, tag, roots[variant[0]])
+        else:
+            run = run_peer(data_dir, job["task"], job["n_train"], job["dtype"], args)
+        run.update(job, load_before=load)
+        runs.append(run)
+        print(f"# {tag} {run['impl']} {run['variant']}: {run['wall_s']:.1f} s,"
+              f" dev {run['dev_score']}, padded {run['mean_padded_len']}, "
+              f"phases {run['phases']}", flush=True)
+    return runs
+
+
+def _write_result(args: argparse.Namespace, machine: dict, rows: list, runs: list) -> None:
+    result = {"benchmark": "finetune_e2e", "machine": machine,
+              "load_at_end": round(common.load_average(), 2),
+              "args": vars(args),
+              "rows": rows, "runs": runs}
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    os.replace(args.output + ".tmp", args.output)
 
 
 if __name__ == "__main__":

@@ -45,23 +45,49 @@ def main() -> None:
     args = parser.parse_args()
 
     common.set_threads(args.threads)
-    import numpy as np
-    import tensorflow as tf
-    from finetune import finetuning_model, task_builder
     machine = common.print_machine()
     work = tempfile.mkdtemp(prefix="inference_latency_")
+    features = _features(args)
+    configs = _build_forwards(args, work, features)
+    use_peer = common.use_peer(args.no_peer) and args.size != "base"
+    peer_runs = []
+    for r in range(args.rounds):
+        _time_round(args, configs, features, r)
+        if use_peer:
+            peer_runs += peer_latency_round(args, r)
+
+    flops = common.inference_flops(configs[0]["bert_config"], args.seq_len, 2)
+    rows = _our_rows(args, configs, flops, peer_runs)
+    # the peer's head has one more H x H dense layer (on [CLS]) than the official one
+    hidden = configs[0]["bert_config"].hidden_size
+    rows += _peer_rows(args, peer_runs, flops["executed"] + 2 * hidden * hidden)
+    _print_table(args, rows)
+    common.print_machine_end(machine)
+
+
+def _features(args) -> dict:
+    """One batch of random word ids between [CLS] and [SEP], for the sst classifier."""
+    import numpy as np
+    import tensorflow as tf
+
     rng = np.random.RandomState(0)
     ids = rng.randint(common.FIRST_WORD_ID, 30522, (args.batch, args.seq_len)).astype(np.int32)
     ids[:, 0], ids[:, -1] = common.CLS_ID, common.SEP_ID
-    features = {"input_ids": tf.constant(ids),
-                "input_mask": tf.ones_like(ids), "segment_ids": tf.zeros_like(ids),
-                "task_id": tf.zeros([args.batch], tf.int32),
-                "sst_eid": tf.zeros([args.batch], tf.int32),
-                "sst_label_ids": tf.zeros([args.batch], tf.int32)}
+    return {"input_ids": tf.constant(ids),
+            "input_mask": tf.ones_like(ids), "segment_ids": tf.zeros_like(ids),
+            "task_id": tf.zeros([args.batch], tf.int32),
+            "sst_eid": tf.zeros([args.batch], tf.int32),
+            "sst_label_ids": tf.zeros([args.batch], tf.int32)}
+
+
+def _build_forwards(args, work: str, features: dict) -> list[dict]:
+    """A traced (or compiled) forward per dtype, XLA and block setting, called once and warmed."""
+    import tensorflow as tf
+    from finetune import finetuning_model, task_builder
+    from model import layers
 
     configs = []
     dtypes, xlas = common.dtypes_and_xlas(args)
-    from model import layers
     settings = [(xla, dtype, True) for xla in xlas for dtype in dtypes]
     if args.plain_blocks:
         settings += [(False, dtype, False) for dtype in dtypes]
@@ -88,24 +114,24 @@ def main() -> None:
                         "bert_config": model.bert_config})
         print(f"# built {dtype}{' xla' if xla else ''} ({configs[-1]['blocks']} blocks): "
               f"first call {first:.1f} s", flush=True)
+    return configs
 
-    use_peer = common.use_peer(args.no_peer) and args.size != "base"
-    peer_runs = []
-    for r in range(args.rounds):
-        for c in configs:
-            c["loads"].append(common.wait_for_idle(
-                args.idle_load, args.max_wait, f"(round {r + 1}: {c['dtype']} xla={c['xla']})"))
-            fn = c["fn"]
-            c["round_times"].append([])
-            for _ in range(args.calls):
-                start = time.perf_counter()
-                fn(features).numpy()
-                c["round_times"][-1].append(time.perf_counter() - start)
-            c["times"] += c["round_times"][-1]
-        if use_peer:
-            peer_runs += peer_latency_round(args, r)
 
-    flops = common.inference_flops(configs[0]["bert_config"], args.seq_len, 2)
+def _time_round(args, configs: list[dict], features: dict, r: int) -> None:
+    """Round `r` (0-based): --calls timed calls of each forward, after waiting for idle."""
+    for c in configs:
+        c["loads"].append(common.wait_for_idle(
+            args.idle_load, args.max_wait, f"(round {r + 1}: {c['dtype']} xla={c['xla']})"))
+        fn = c["fn"]
+        c["round_times"].append([])
+        for _ in range(args.calls):
+            start = time.perf_counter()
+            fn(features).numpy()
+            c["round_times"][-1].append(time.perf_counter() - start)
+        c["times"] += c["round_times"][-1]
+
+
+def _our_rows(args, configs: list[dict], flops: dict, peer_runs: list[dict]) -> list[dict]:
     rows = []
     for c in configs:
         med = statistics.median(c["times"])
@@ -127,9 +153,11 @@ def main() -> None:
             "latency_ms_median", higher_is_faster=False, suffix="_latency"))
         rows.append(row)
         common.emit(row)
-    # the peer's head has one more H x H dense layer (on [CLS]) than the official one
-    hidden = configs[0]["bert_config"].hidden_size
-    peer_flops = flops["executed"] + 2 * hidden * hidden
+    return rows
+
+
+def _peer_rows(args, peer_runs: list[dict], peer_flops: int) -> list[dict]:
+    rows = []
     for run in peer_runs:
         med = run["latency_ms_median"] / 1e3
         row = {"benchmark": "electra_inference_latency", "impl": "peer-hf-pytorch",
@@ -146,6 +174,10 @@ def main() -> None:
                "torch": run["torch"], "transformers": run["transformers"]}
         rows.append(row)
         common.emit(row)
+    return rows
+
+
+def _print_table(args, rows: list[dict]) -> None:
     print()
     print(f"ELECTRA-{args.size} classifier, {args.batch} example(s) of {args.seq_len} tokens per "
           f"call, {args.threads} threads; x peer latency = the peer's median latency (over "
@@ -158,7 +190,6 @@ def main() -> None:
         *common.comparison_columns(rows, "_latency", " latency"),
         ("achieved_gflops_executed", "GFLOP/s (executed)"), ("first_call_s", "first call s"),
         ("load_before", "load")]))
-    common.print_machine_end(machine)
 
 
 def peer_latency_round(args, round_index: int) -> list[dict]:

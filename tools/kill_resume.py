@@ -313,76 +313,111 @@ def drill(name: str, command: list[str], watch: str, progress_glob: str, kills: 
         start_progress = progress(progress_glob)
         log_path = os.path.join(logs, f"{name}_{attempt:02d}.log")
         event_log = os.path.join(logs, f"{name}_{attempt:02d}.event")
-        argv = [sys.executable]
-        if mode[0] == "write":
-            argv += [os.path.abspath(__file__), "--child", "--watch", watch, "--pattern", mode[3],
-                     "--op", mode[2], "--ordinal", str(mode[4]), "--event-log", event_log,
-                     "--signal", mode[6], "--"]
-        argv += command
+        argv = _attempt_argv(mode, command, watch, event_log)
         began = time.time()
-        with open(log_path, "w", encoding="utf-8") as log_file:
-            child = subprocess.Popen(argv, env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
-            killed_by_us = False
-            if mode[0] == "startup":
-                delay = rng.uniform(0.5, 6.0)
-                while child.poll() is None and time.time() - began < delay:
-                    time.sleep(0.02)
-                killed_by_us = child.poll() is None
-            elif mode[0] in ("time", "term"):
-                extra = rng.randint(0, 1) * 10  # wait for 1-2 new checkpoints
-                while child.poll() is None and progress(progress_glob) <= start_progress + extra:
-                    time.sleep(0.02)
-                pause = rng.uniform(0.0, 0.5)
-                while child.poll() is None and pause > 0:
-                    time.sleep(0.02)
-                    pause -= 0.02
-                killed_by_us = child.poll() is None
-            sent = None
-            if killed_by_us:
-                sent = time.time()
-                child.send_signal(getattr(signal, f"SIG{mode[1]}") if mode[0] == "term"
-                                  else signal.SIGKILL)
-            code = child.wait(timeout=900)
-            exited = time.time()
+        code, killed_by_us, sent, exited = _run_attempt(argv, mode, log_path, progress_glob,
+                                                        start_progress, rng)
         with open(log_path, encoding="utf-8", errors="replace") as f:
             output = f.read()
-        resumed = re.search(r"resumed from \S+ (?:at step|\(step) (\d+)", output)
         fired = open(event_log).read().strip() if os.path.exists(event_log) else None
-        record = {"attempt": attempt, "mode": mode[0], "where": (
-            fired or (f"{mode[1]}: not reached" if mode[0] == "write" else None)),
-            "killed": code == -signal.SIGKILL, "exit_code": code,
-            "resumed_from_step": int(resumed.group(1)) if resumed else None,
-            "progress_before": start_progress, "progress_after": progress(progress_glob),
-            "seconds": round(time.time() - began, 1)}
-        if mode[0] == "time" and killed_by_us:
-            record["where"] = "random moment during training"
-        if mode[0] == "term" and killed_by_us:
-            record["where"] = f"SIG{mode[1]} at a random moment during training"
-            record["signal_to_exit_s"] = round(exited - sent, 2)
-        if mode[0] == "write" and mode[6] != "KILL" and fired:
-            record["where"] = f"SIG{mode[6]} {fired}"
-        if code == PREEMPTED:
-            record["preempted"] = check_preempted(output, progress_glob)
-        if mode[0] == "startup" and killed_by_us:
-            record["where"] = f"start-up, {record['seconds']}s after launch"
+        record = _attempt_record(attempt, mode, code, output, fired, killed_by_us,
+                                 start_progress, progress_glob, began, sent, exited)
         records.append(record)
-        saved = record.get("preempted", {}).get("checkpoint_step")
-        print(f"  {name} run {attempt:2d}: {mode[0]:7s} "
-              f"{'KILLED' if record['killed'] else f'exit {code}':8s} "
-              + (f"saved at step {saved} " if saved is not None else "") +
-              f"resumed from {record['resumed_from_step']}, progress "
-              f"{start_progress} -> {record['progress_after']} ({record['where'] or 'to the end'})",
-              flush=True)
-        if code == PREEMPTED and not record["preempted"]["ok"]:
-            raise RuntimeError(f"{name} run {attempt}: {record['preempted']['problem']}; see "
-                               f"{log_path}")
-        if code not in (0, -signal.SIGKILL, PREEMPTED):
-            raise RuntimeError(f"{name} run {attempt} failed with exit code {code}; see {log_path}:"
-                               f"\n{output[-3000:]}")
+        _print_attempt(name, attempt, mode, record, start_progress)
+        _check_attempt(name, attempt, record, log_path, output)
         if code == 0:
             return records
         if attempt > kills + 20:
             raise RuntimeError(f"{name}: no end after {attempt} runs")
+
+
+def _attempt_argv(mode: tuple, command: list[str], watch: str, event_log: str) -> list[str]:
+    """The attempt's command line: under this script's --child watcher for a kill in a write."""
+    argv = [sys.executable]
+    if mode[0] == "write":
+        argv += [os.path.abspath(__file__), "--child", "--watch", watch, "--pattern", mode[3],
+                 "--op", mode[2], "--ordinal", str(mode[4]), "--event-log", event_log,
+                 "--signal", mode[6], "--"]
+    return argv + command
+
+
+def _run_attempt(argv: list[str], mode: tuple, log_path: str, progress_glob: str,
+                 start_progress: int, rng: random.Random) -> tuple:
+    """Runs one attempt, signalling it as `mode` says: (exit code, whether we signalled it,
+    when the signal was sent, when it exited)."""
+    began = time.time()
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        child = subprocess.Popen(argv, env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
+        killed_by_us = False
+        if mode[0] == "startup":
+            delay = rng.uniform(0.5, 6.0)
+            while child.poll() is None and time.time() - began < delay:
+                time.sleep(0.02)
+            killed_by_us = child.poll() is None
+        elif mode[0] in ("time", "term"):
+            extra = rng.randint(0, 1) * 10  # wait for 1-2 new checkpoints
+            while child.poll() is None and progress(progress_glob) <= start_progress + extra:
+                time.sleep(0.02)
+            pause = rng.uniform(0.0, 0.5)
+            while child.poll() is None and pause > 0:
+                time.sleep(0.02)
+                pause -= 0.02
+            killed_by_us = child.poll() is None
+        sent = None
+        if killed_by_us:
+            sent = time.time()
+            child.send_signal(getattr(signal, f"SIG{mode[1]}") if mode[0] == "term"
+                              else signal.SIGKILL)
+        code = child.wait(timeout=900)
+        exited = time.time()
+    return code, killed_by_us, sent, exited
+
+
+def _attempt_record(attempt: int, mode: tuple, code: int, output: str, fired: str | None,
+                    killed_by_us: bool, start_progress: int, progress_glob: str, began: float,
+                    sent: float | None, exited: float) -> dict:
+    """What one attempt did: how it ended, where it was hit, where it resumed from."""
+    resumed = re.search(r"resumed from \S+ (?:at step|\(step) (\d+)", output)
+    record = {"attempt": attempt, "mode": mode[0], "where": (
+        fired or (f"{mode[1]}: not reached" if mode[0] == "write" else None)),
+        "killed": code == -signal.SIGKILL, "exit_code": code,
+        "resumed_from_step": int(resumed.group(1)) if resumed else None,
+        "progress_before": start_progress, "progress_after": progress(progress_glob),
+        "seconds": round(time.time() - began, 1)}
+    if mode[0] == "time" and killed_by_us:
+        record["where"] = "random moment during training"
+    if mode[0] == "term" and killed_by_us:
+        record["where"] = f"SIG{mode[1]} at a random moment during training"
+        record["signal_to_exit_s"] = round(exited - sent, 2)
+    if mode[0] == "write" and mode[6] != "KILL" and fired:
+        record["where"] = f"SIG{mode[6]} {fired}"
+    if code == PREEMPTED:
+        record["preempted"] = check_preempted(output, progress_glob)
+    if mode[0] == "startup" and killed_by_us:
+        record["where"] = f"start-up, {record['seconds']}s after launch"
+    return record
+
+
+def _print_attempt(name: str, attempt: int, mode: tuple, record: dict,
+                   start_progress: int) -> None:
+    saved = record.get("preempted", {}).get("checkpoint_step")
+    ended = "KILLED" if record["killed"] else f"exit {record['exit_code']}"
+    print(f"  {name} run {attempt:2d}: {mode[0]:7s} {ended:8s} "
+          + (f"saved at step {saved} " if saved is not None else "") +
+          f"resumed from {record['resumed_from_step']}, progress "
+          f"{start_progress} -> {record['progress_after']} ({record['where'] or 'to the end'})",
+          flush=True)
+
+
+def _check_attempt(name: str, attempt: int, record: dict, log_path: str, output: str) -> None:
+    """Raises RuntimeError for an attempt that failed other than by our kill or a clean stop."""
+    code = record["exit_code"]
+    if code == PREEMPTED and not record["preempted"]["ok"]:
+        raise RuntimeError(f"{name} run {attempt}: {record['preempted']['problem']}; see "
+                           f"{log_path}")
+    if code not in (0, -signal.SIGKILL, PREEMPTED):
+        raise RuntimeError(f"{name} run {attempt} failed with exit code {code}; see {log_path}:"
+                           f"\n{output[-3000:]}")
 
 
 PREEMPTED = 75  # util/preemption.py EXIT_PREEMPTED
@@ -473,11 +508,7 @@ def compare_json(reference_path: str, victim_path: str, ignore=()) -> dict:
 # -- main -------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--child" in argv[:argv.index("--") if "--" in argv else len(argv)]:
-        child_main(argv)
-        return 0
+def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--work-dir", default="/tmp/kill_resume",
                         help="scratch dir (emptied first; default /tmp/kill_resume)")
@@ -488,7 +519,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-finetune", action="store_true",
                         help="only the pre-training drill")
     parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--child" in argv[:argv.index("--") if "--" in argv else len(argv)]:
+        child_main(argv)
+        return 0
+    args = _parse_args(argv)
     sys.path.insert(0, REPO)
     rng = random.Random(args.seed)
     work = os.path.abspath(args.work_dir)
@@ -498,7 +537,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     data = prepare(work, args.seed)
     report: dict = {"kills": args.kills, "seed": args.seed, "steps": args.steps}
+    ref_dir = _pretrain_drill(args, data, logs, rng, report)
+    if not args.skip_finetune:
+        _finetune_drill(args, data, logs, rng, report, ref_dir)
+    ok = _report(args, work, report, started)
+    if not args.keep and ok:
+        shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
+    return 0 if ok else 1
 
+
+def _pretrain_drill(args: argparse.Namespace, data: str, logs: str, rng: random.Random,
+                    report: dict) -> str:
+    """The killed pre-training run beside an uninterrupted one, compared; the reference dir."""
     print(f"pre-training: {args.steps} steps, checkpoint every 10, eval every 50; "
           f"{args.kills} kills", flush=True)
     hparams = pretrain_hparams(args.steps)
@@ -519,29 +569,37 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("unsup_results.json", "unsup_results_history.json")]
     report["leftovers"] = sorted(os.path.relpath(p, victim_dir) for p in glob.glob(
         os.path.join(glob.escape(victim_dir), "**", ".*tmp*"), recursive=True))
+    return ref_dir
 
-    if not args.skip_finetune:
-        print(f"fine-tuning: 2 trials of 128 steps from the reference model, checkpoint every 10; "
-              f"{args.kills} kills", flush=True)
-        ft = finetune_hparams(ref_dir)
-        ft_reference = subprocess.Popen(
-            [sys.executable] + finetune_command(data, "ft_reference", ft), env=_env(),
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(logs, "ft_reference.log"), "w"))
-        report["finetune_runs"] = drill(
-            "finetune", finetune_command(data, "ft_victim", ft),
-            os.path.join(models, "ft_victim"),
-            os.path.join(models, "ft_victim", "finetuning_models", "sst_model_*"), args.kills,
-            FINETUNE_WRITES, rng, logs, ft_reference)
-        if ft_reference.wait(timeout=1800) != 0:
-            raise RuntimeError("the reference fine-tuning run failed; see logs/ft_reference.log")
-        report["finetune_weights"] = [compare_checkpoints(
-            os.path.join(models, "ft_reference", "finetuning_models", f"sst_model_{t}"),
-            os.path.join(models, "ft_victim", "finetuning_models", f"sst_model_{t}"))
-            for t in (1, 2)]
-        report["finetune_eval"] = compare_json(
-            os.path.join(models, "ft_reference", "results", "sst_results.json"),
-            os.path.join(models, "ft_victim", "results", "sst_results.json"))
 
+def _finetune_drill(args: argparse.Namespace, data: str, logs: str, rng: random.Random,
+                    report: dict, ref_dir: str) -> None:
+    """The killed fine-tuning run (2 trials) beside an uninterrupted one, compared."""
+    print(f"fine-tuning: 2 trials of 128 steps from the reference model, checkpoint every 10; "
+          f"{args.kills} kills", flush=True)
+    models = os.path.join(data, "models")
+    ft = finetune_hparams(ref_dir)
+    ft_reference = subprocess.Popen(
+        [sys.executable] + finetune_command(data, "ft_reference", ft), env=_env(),
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(logs, "ft_reference.log"), "w"))
+    report["finetune_runs"] = drill(
+        "finetune", finetune_command(data, "ft_victim", ft),
+        os.path.join(models, "ft_victim"),
+        os.path.join(models, "ft_victim", "finetuning_models", "sst_model_*"), args.kills,
+        FINETUNE_WRITES, rng, logs, ft_reference)
+    if ft_reference.wait(timeout=1800) != 0:
+        raise RuntimeError("the reference fine-tuning run failed; see logs/ft_reference.log")
+    report["finetune_weights"] = [compare_checkpoints(
+        os.path.join(models, "ft_reference", "finetuning_models", f"sst_model_{t}"),
+        os.path.join(models, "ft_victim", "finetuning_models", f"sst_model_{t}"))
+        for t in (1, 2)]
+    report["finetune_eval"] = compare_json(
+        os.path.join(models, "ft_reference", "results", "sst_results.json"),
+        os.path.join(models, "ft_victim", "results", "sst_results.json"))
+
+
+def _report(args: argparse.Namespace, work: str, report: dict, started: float) -> bool:
+    """Writes kill_resume_report.json and prints the verdicts; True when all compared equal."""
     checks = [report["pretrain_weights"]] + report["pretrain_eval"]
     if not args.skip_finetune:
         checks += report["finetune_weights"] + [report["finetune_eval"]]
@@ -567,9 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"temporary files left in the victim model dir: {report['leftovers']}")
     print(f"{'PASS' if ok else 'FAIL'} in {report['seconds']}s; report: "
           f"{os.path.join(work, 'kill_resume_report.json')}")
-    if not args.keep and ok:
-        shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
-    return 0 if ok else 1
+    return ok
 
 
 def _verdict(result: dict) -> str:
