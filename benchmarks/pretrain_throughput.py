@@ -207,109 +207,127 @@ def main() -> None:
     from util.hparams import parse_hparams_arg
     extra = parse_hparams_arg(args.hparams)
     machine = common.print_machine()
-    dtypes, xlas = common.dtypes_and_xlas(args)
-    use_peer = common.use_peer(args.no_peer)
-
     work = tempfile.mkdtemp(prefix="pretrain_throughput_")
-    if args.curve_only:
-        try:
-            run_curve(args, work)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        return
     try:
-        rows = []
-        load = common.load_average()
-        limits = {d: common.matmul_limit(d) for d in ("float32", "bfloat16")}
-        print(f"# matmul limit (2048^3, graph mode): float32 {limits['float32']:.0f} GFLOP/s, "
-              f"bfloat16 {limits['bfloat16']:.0f} GFLOP/s (load {load:.2f}; measured again "
-              "before every timed block)", flush=True)
-
-        files = [write_synthetic_tfrecords(work, args.seq_len)]
-        configs = []
-        for xla in xlas:
-            for dtype in dtypes:
-                name = f"{dtype}{' xla' if xla else ''}"
-                start = time.perf_counter()
-                configs.append(Ours(name, work, files, config_hparams(
-                    args.size, args.batch, args.seq_len, dtype, xla, **extra), args.warmup))
-                print(f"# built {name}: first step {configs[-1].first_step_s:.1f} s "
-                      f"(total {time.perf_counter() - start:.1f} s)", flush=True)
-        cfg = configs[0].config
-        n_pred = cfg.max_predictions_per_seq
-        flops = common.pretrain_flops(cfg.bert_config(), cfg.generator_config(), args.batch,
-                                      args.seq_len, n_pred)
-
-        peer_rows = []
-        for r in range(args.rounds):
-            for ours in configs:
-                load, limits = common.block_start(args, f"(round {r + 1}: ours {ours.name})")
-                ours.time_steps(args.steps, load, limits=limits)
-                print(f"# round {r + 1} ours {ours.name}: median "
-                      f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms "
-                      f"(limits {limits['float32']:.0f}/{limits['bfloat16']:.0f} GFLOP/s)",
-                      flush=True)
-            if use_peer and args.size != "base":
-                peer_rows += common.peer_rounds("hf_pretrain_bench.py", args, r)
-
-        for ours in configs:
-            row = {"benchmark": "electra_pretrain_step", "impl": "ours-tf", "size": args.size,
-                   "dtype": ours.hparams["compute_dtype"], "xla": ours.hparams["use_xla"],
-                   "batch": args.batch, "seq_len": args.seq_len, "masked_per_seq": n_pred,
-                   "threads": args.threads}
-            row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, ours.rounds))
-            row["cpu_ms_per_step_median"] = round(statistics.median(ours.cpu) * 1e3, 1)
-            row["first_step_s"] = round(ours.first_step_s, 1)
-            # 1 = the whole train loop was traced once and never again (no retracing).
-            loop_fn = ours.trainer.engine._loop_fn  # pylint: disable=protected-access
-            row["traces"] = loop_fn.experimental_get_tracing_count()
-            row["load_before"] = ours.loads
-            row.update(common.limit_fields(ours.limits))
-            row["last_loss"] = round(ours.last_loss, 4)
-            row.update(common.peer_comparison(row["sequences_per_sec"], args.batch, ours.rounds,
-                                              peer_rows))
-            if extra:
-                row["hparams"] = extra
-            rows.append(row)
-            common.emit(row)
-        for peer in peer_rows:
-            row = common.peer_row(
-                "electra_pretrain_step", args, peer, flops["appendix_e"],
-                shape_fields={"masked_per_seq": peer["masked_per_seq"]},
-                flops_fields={
-                    "paper_formula_flops_per_step": peer["paper_formula_train_flops_per_step"],
-                    "paper_formula_gflops": peer["paper_formula_gflops"]})
-            if peer["train_flops_per_step"] != flops["executed"]:
-                row["flops_mismatch"] = f"ours counts {flops['executed']} executed FLOPs"
-            rows.append(row)
-            common.emit(row)
-
-        pipeline = measure_input_pipeline(files, args.batch, args.seq_len)
-        fastest = max(configs, key=lambda c: args.batch / statistics.median(c.times))
-        steps_per_sec = 1.0 / statistics.median(fastest.times)
-        pipeline_row = {"benchmark": "pretrain_input_pipeline", "batch": args.batch,
-                        "seq_len": args.seq_len, **pipeline,
-                        "fastest_step": fastest.name,
-                        "steps_per_sec": round(steps_per_sec, 3),
-                        "pipeline_over_step": round(pipeline["batches_per_sec"] / steps_per_sec, 1),
-                        "load_after": round(common.load_average(), 2)}
-        common.emit(pipeline_row)
-
-        print()
-        print(f"ELECTRA-{args.size} pre-training step, batch {args.batch}, seq {args.seq_len}, "
-              f"{args.threads} threads; FLOPs: Appendix E = matmuls 2mnk, train 3x forward, dense "
-              f"embeddings ({flops['appendix_e']:.3e} FLOPs/step); executed = the peer's "
-              f"convention ({flops['executed']:.3e}); {common.THROUGHPUT_TABLE_NOTE}")
-        print(common.throughput_table(
-            rows, (("paper_formula_gflops", "GFLOP/s (official formula)"),)))
-        print(f"\ninput pipeline alone: {pipeline['batches_per_sec']} batches/s "
-              f"({pipeline['cpu_ms_per_batch']} CPU-ms each) = "
-              f"{pipeline_row['pipeline_over_step']}x the fastest step ({fastest.name})")
+        if args.curve_only:
+            run_curve(args, work)
+            return
+        _measure_steps(args, work, extra)
         if args.curve_steps:
             run_curve(args, work)
         common.print_machine_end(machine)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure_steps(args, work: str, extra: dict) -> None:
+    """Our steps in each dtype and XLA setting, the peer's in alternating rounds, and the
+    input pipeline alone; the rows emitted and tabled."""
+    dtypes, xlas = common.dtypes_and_xlas(args)
+    use_peer = common.use_peer(args.no_peer)
+    load = common.load_average()
+    limits = {d: common.matmul_limit(d) for d in ("float32", "bfloat16")}
+    print(f"# matmul limit (2048^3, graph mode): float32 {limits['float32']:.0f} GFLOP/s, "
+          f"bfloat16 {limits['bfloat16']:.0f} GFLOP/s (load {load:.2f}; measured again "
+          "before every timed block)", flush=True)
+    files = [write_synthetic_tfrecords(work, args.seq_len)]
+    configs = []
+    for xla in xlas:
+        for dtype in dtypes:
+            name = f"{dtype}{' xla' if xla else ''}"
+            start = time.perf_counter()
+            configs.append(Ours(name, work, files, config_hparams(
+                args.size, args.batch, args.seq_len, dtype, xla, **extra), args.warmup))
+            print(f"# built {name}: first step {configs[-1].first_step_s:.1f} s "
+                  f"(total {time.perf_counter() - start:.1f} s)", flush=True)
+    cfg = configs[0].config
+    flops = common.pretrain_flops(cfg.bert_config(), cfg.generator_config(), args.batch,
+                                  args.seq_len, cfg.max_predictions_per_seq)
+    peer_rows = []
+    for r in range(args.rounds):
+        for ours in configs:
+            load, limits = common.block_start(args, f"(round {r + 1}: ours {ours.name})")
+            ours.time_steps(args.steps, load, limits=limits)
+            print(f"# round {r + 1} ours {ours.name}: median "
+                  f"{statistics.median(ours.times[-args.steps:]) * 1e3:.0f} ms "
+                  f"(limits {limits['float32']:.0f}/{limits['bfloat16']:.0f} GFLOP/s)",
+                  flush=True)
+        if use_peer and args.size != "base":
+            peer_rows += common.peer_rounds("hf_pretrain_bench.py", args, r)
+    rows = _our_rows(args, configs, flops, peer_rows, extra, cfg.max_predictions_per_seq)
+    rows += _peer_rows(args, peer_rows, flops)
+    pipeline_row, fastest = _pipeline_row(args, files, configs)
+    _print_tables(args, rows, flops, pipeline_row, fastest)
+
+
+def _our_rows(args, configs: list, flops: dict, peer_rows: list, extra: dict,
+              n_pred: int) -> list[dict]:
+    rows = []
+    for ours in configs:
+        row = {"benchmark": "electra_pretrain_step", "impl": "ours-tf", "size": args.size,
+               "dtype": ours.hparams["compute_dtype"], "xla": ours.hparams["use_xla"],
+               "batch": args.batch, "seq_len": args.seq_len, "masked_per_seq": n_pred,
+               "threads": args.threads}
+        row.update(common.summarize(ours.times, args.batch, args.seq_len, flops, ours.rounds))
+        row["cpu_ms_per_step_median"] = round(statistics.median(ours.cpu) * 1e3, 1)
+        row["first_step_s"] = round(ours.first_step_s, 1)
+        # 1 = the whole train loop was traced once and never again (no retracing).
+        loop_fn = ours.trainer.engine._loop_fn  # pylint: disable=protected-access
+        row["traces"] = loop_fn.experimental_get_tracing_count()
+        row["load_before"] = ours.loads
+        row.update(common.limit_fields(ours.limits))
+        row["last_loss"] = round(ours.last_loss, 4)
+        row.update(common.peer_comparison(row["sequences_per_sec"], args.batch, ours.rounds,
+                                          peer_rows))
+        if extra:
+            row["hparams"] = extra
+        rows.append(row)
+        common.emit(row)
+    return rows
+
+
+def _peer_rows(args, peer_rows: list, flops: dict) -> list[dict]:
+    rows = []
+    for peer in peer_rows:
+        row = common.peer_row(
+            "electra_pretrain_step", args, peer, flops["appendix_e"],
+            shape_fields={"masked_per_seq": peer["masked_per_seq"]},
+            flops_fields={
+                "paper_formula_flops_per_step": peer["paper_formula_train_flops_per_step"],
+                "paper_formula_gflops": peer["paper_formula_gflops"]})
+        if peer["train_flops_per_step"] != flops["executed"]:
+            row["flops_mismatch"] = f"ours counts {flops['executed']} executed FLOPs"
+        rows.append(row)
+        common.emit(row)
+    return rows
+
+
+def _pipeline_row(args, files: list[str], configs: list) -> tuple[dict, object]:
+    """The input pipeline alone against the fastest of our steps; (row, that configuration)."""
+    pipeline = measure_input_pipeline(files, args.batch, args.seq_len)
+    fastest = max(configs, key=lambda c: args.batch / statistics.median(c.times))
+    steps_per_sec = 1.0 / statistics.median(fastest.times)
+    row = {"benchmark": "pretrain_input_pipeline", "batch": args.batch,
+           "seq_len": args.seq_len, **pipeline,
+           "fastest_step": fastest.name,
+           "steps_per_sec": round(steps_per_sec, 3),
+           "pipeline_over_step": round(pipeline["batches_per_sec"] / steps_per_sec, 1),
+           "load_after": round(common.load_average(), 2)}
+    common.emit(row)
+    return row, fastest
+
+
+def _print_tables(args, rows: list, flops: dict, pipeline_row: dict, fastest) -> None:
+    print()
+    print(f"ELECTRA-{args.size} pre-training step, batch {args.batch}, seq {args.seq_len}, "
+          f"{args.threads} threads; FLOPs: Appendix E = matmuls 2mnk, train 3x forward, dense "
+          f"embeddings ({flops['appendix_e']:.3e} FLOPs/step); executed = the peer's "
+          f"convention ({flops['executed']:.3e}); {common.THROUGHPUT_TABLE_NOTE}")
+    print(common.throughput_table(
+        rows, (("paper_formula_gflops", "GFLOP/s (official formula)"),)))
+    print(f"\ninput pipeline alone: {pipeline_row['batches_per_sec']} batches/s "
+          f"({pipeline_row['cpu_ms_per_batch']} CPU-ms each) = "
+          f"{pipeline_row['pipeline_over_step']}x the fastest step ({fastest.name})")
 
 
 if __name__ == "__main__":
