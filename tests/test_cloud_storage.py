@@ -202,15 +202,6 @@ def _local_entries() -> list[str]:
 
 
 def test_every_command_on_ram(tmp_path, monkeypatch, caplog, capsys):
-    import build_pretraining_dataset
-    import configure_finetuning
-    import export_model
-    import predict
-    import run_finetuning
-    import run_pretraining
-    import score_text
-    import tensorflow as tf
-
     root = f"ram://flow{uuid.uuid4().hex[:8]}"
     data = f"{root}/data"
     work = tmp_path / "cwd"
@@ -219,7 +210,21 @@ def test_every_command_on_ram(tmp_path, monkeypatch, caplog, capsys):
     caplog.set_level(logging.INFO)
     _write_inputs(root)
 
-    # Build: a text and a gzip file read from ram://, shards and metadata written there.
+    _build_on_ram(root, data)
+    model = _pretrain_on_ram(root, data, caplog, capsys)
+    trial = _finetune_on_ram(root, data)
+    _predict_export_and_score_on_ram(root, model, trial, capsys)
+
+    assert not [n for n in fs.listdir(root) if ".tmp" in n]  # exports moved into place whole
+    # Nothing reached the local disk: the working directory is empty, no `ram:` directory.
+    assert _local_entries() == []
+    fs.rmtree(root)
+
+
+def _build_on_ram(root: str, data: str) -> None:
+    """A text and a gzip file read from ram://, shards and metadata written there."""
+    import build_pretraining_dataset
+
     assert build_pretraining_dataset.main([
         "--corpus-dir", f"{root}/corpus", "--output-dir", f"{data}/pretrain_tfrecords",
         "--vocab-file", f"{data}/vocab.txt", "--max-seq-length", "16", "--num-out-files", "4",
@@ -227,7 +232,11 @@ def test_every_command_on_ram(tmp_path, monkeypatch, caplog, capsys):
     metadata = io_utils.read_json(f"{data}/pretrain_tfrecords/metadata.json")
     assert metadata["num_train_examples"] > 0 and metadata["eval_files"]
 
-    # Pre-train with eval and probes, then resume to more steps.
+
+def _pretrain_on_ram(root: str, data: str, caplog, capsys) -> str:
+    """Pre-training with eval and probes, resumed to more steps; probe and inspect_run on it."""
+    import run_pretraining
+
     hparams = dict(vocab_size=len(VOCAB), embedding_size=16, max_seq_length=16,
                    model_hparam_overrides=TINY, generator_hidden_size=0.5, train_batch_size=4,
                    eval_batch_size=4, num_train_steps=2, save_checkpoints_steps=2,
@@ -256,8 +265,14 @@ def test_every_command_on_ram(tmp_path, monkeypatch, caplog, capsys):
     capsys.readouterr()
     assert load_tool("inspect_run").main([model]) == 0
     assert "held-out evals (2):" in capsys.readouterr().out
+    return model
 
-    # Fine-tune from it: a GLUE task, chunking, SQuAD and a custom task, with test outputs.
+
+def _finetune_on_ram(root: str, data: str) -> str:
+    """A GLUE task, chunking, SQuAD and a custom task, with test outputs; the first trial."""
+    import configure_finetuning
+    import run_finetuning
+
     ft = dict(task_names=["sst", "chunk", "squadv1", "stars"],
               custom_tasks={"stars": f"{root}/stars/spec.json"}, model_hparam_overrides=TINY,
               embedding_size=16, vocab_size=len(VOCAB), max_seq_length=32, max_query_length=8,
@@ -273,8 +288,16 @@ def test_every_command_on_ram(tmp_path, monkeypatch, caplog, capsys):
     assert fs.glob(f"{config.test_predictions_dir}/trial_1/*")
     assert fs.glob(f"{config.preprocessed_data_dir}/*.tfrecord")
     assert checkpoint.latest_valid(trial) is not None
+    return trial
 
-    # Predict, export (Hugging Face, SavedModel), import, score.
+
+def _predict_export_and_score_on_ram(root: str, model: str, trial: str, capsys) -> None:
+    """Predict, export (Hugging Face, SavedModel), import, score."""
+    import export_model
+    import predict
+    import score_text
+    import tensorflow as tf
+
     assert predict.main(["--model-dir", trial, "--task", "sst", "--input",
                          f"{root}/predict_in.txt", "--output", f"{root}/pred.jsonl",
                          "--no-progress"]) == 0
@@ -299,8 +322,3 @@ def test_every_command_on_ram(tmp_path, monkeypatch, caplog, capsys):
     scored = json.loads(capsys.readouterr().out)
     assert scored["tokens"] == ["[CLS]", "the", "cat", "sat", "[SEP]"]
     assert len(scored["replaced_prob"]) == 5
-
-    assert not [n for n in fs.listdir(root) if ".tmp" in n]  # exports moved into place whole
-    # Nothing reached the local disk: the working directory is empty, no `ram:` directory.
-    assert _local_entries() == []
-    fs.rmtree(root)

@@ -72,3 +72,29 @@ def test_no_keras_and_no_pickle():
                                                 or "import pickle" in source):
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, offenders
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """`path:line name (N lines)` for each function or method (nested ones too) longer than
+    `limit` lines, from its `def` to its last line, in the repository's own Python files."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if any(part.startswith(".") for part in path.relative_to(ROOT).parts):
+            continue  # .venv, .git
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > limit:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                                 f"({length} lines)")
+    return found
+
+
+def test_no_function_is_longer_than_80_lines():
+    """A function that does not fit on a screen does more than one thing: split it."""
+    offenders = long_functions()
+    assert not offenders, "\n".join(offenders)
