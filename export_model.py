@@ -51,7 +51,7 @@ import numpy as np
 from model import hf_conversion as hf
 from model import model_dir as model_dir_lib
 from model import tokenization
-from util import checkpoint, fs, io_utils
+from util import checkpoint, file_modes, fs, io_utils
 
 log = logging.getLogger("export_model")
 
@@ -117,7 +117,9 @@ def atomic_output_dir(path: str, overwrite: bool = False):
 
 def _make_temp_dir(parent: str, prefix: str) -> str:
     if not fs.is_url(parent):
-        return tempfile.mkdtemp(prefix=prefix, dir=parent)
+        tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
+        file_modes.as_plain_dirs(tmp)  # mkdtemp's 0700 would keep the export from the group
+        return tmp
     tmp = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
     fs.makedirs(tmp)
     return tmp
@@ -328,6 +330,8 @@ def export_saved_model(md: model_dir_lib.ModelDir, output: str, overwrite: bool 
     module = serving.ServingModule(model, tasks, config.max_seq_length)
     with atomic_output_dir(output, overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+        if not fs.is_url(tmp):  # TensorFlow makes variables/, assets/ 0755 whatever the umask
+            file_modes.as_plain_dirs(tmp)
     log.info("wrote SavedModel %s (tasks %s; signature serving_default(input_ids, input_mask, "
              "segment_ids: int32 [batch, seq_len]))", output, ",".join(t.name for t in tasks))
 

@@ -162,8 +162,9 @@ def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
 
 
 def makedirs(path: str) -> None:
-    if not is_url(path):
-        os.makedirs(path, exist_ok=True)
+    local = local_path(path)  # file:// too: TensorFlow would make it 0755 whatever the umask
+    if local is not None:
+        os.makedirs(local, exist_ok=True)
         return
     try:
         _gfile.makedirs(path)

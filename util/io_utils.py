@@ -21,7 +21,7 @@ import tempfile
 import uuid
 from typing import Any, Iterator
 
-from util import fs
+from util import file_modes, fs
 
 
 def pid_alive(pid: int) -> bool:
@@ -90,11 +90,9 @@ def _local_atomic_open(path: str, mode: str, encoding: str | None) -> Iterator[A
     name = os.path.basename(path)
     _remove_dead_writers_temporaries(directory, name)
     fd, tmp_path = tempfile.mkstemp(prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=directory)
-    # mkstemp creates 0600 files; give the result the usual mode (0666 minus the umask) so shared
-    # model directories stay readable by their group.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)
+    # mkstemp creates 0600 files: the result gets open()'s mode, so shared model directories
+    # stay readable by their group.
+    file_modes.as_plain_file(tmp_path)
     try:
         if "b" in mode:
             encoding = None

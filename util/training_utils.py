@@ -167,6 +167,8 @@ class SummaryWriter:
 
     def __init__(self, logdir: str, enabled: bool = True):
         self.enabled = enabled
+        if enabled:  # made here: TensorFlow would make it 0755 whatever the umask
+            fs.makedirs(logdir)
         self._writer = tf.summary.create_file_writer(logdir) if enabled else None
 
     def scalars(self, step: int, values: Mapping[str, Any], prefix: str = "") -> None:
@@ -338,7 +340,7 @@ class RunLock:
             with contextlib.suppress(OSError):
                 fs.remove(tmp)
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
         except FileExistsError:
             return False
         with os.fdopen(fd, "w", encoding="utf-8") as f:
