@@ -140,11 +140,11 @@ class FinetuningConfig(HParams):
     vocab_file: str | None = hp(None, "WordPiece vocab.txt or SentencePiece .model; default the pre-trained model dir's vocab.txt/spm.model, else <data_dir>/vocab.txt")
     init_checkpoint: str | None = hp(None, "pre-trained weights (ours or official; a dir or a checkpoint prefix); default <data_dir>/models/<model_name>; \"\" for random init. Its bert_config.json, if any, sets the architecture")
     model_dir: str | None = hp(None, "default <data_dir>/models/<model_name>/finetuning_models/<tasks>_model")
-    results_txt: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.txt")
-    results_json: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.json")
-    preprocessed_data_dir: str | None = hp(None, "featurized tfrecord cache dir")
-    test_predictions_dir: str | None = hp(None, "where test-set predictions are written")
-    qa_dir: str | None = hp(None, "where QA predictions, null odds and eval json are written")
+    results_txt: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.txt; <model_dir>/results/<tasks>_results.txt when model_dir is set")
+    results_json: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.json; <model_dir>/results/<tasks>_results.json when model_dir is set")
+    preprocessed_data_dir: str | None = hp(None, "featurized tfrecord cache dir; default <data_dir>/models/<model_name>/finetuning_tfrecords/<tasks>_tfrecords, under <model_dir> instead when model_dir is set")
+    test_predictions_dir: str | None = hp(None, "where test-set predictions are written; default <data_dir>/models/<model_name>/test_predictions, <model_dir>/test_predictions when model_dir is set")
+    qa_dir: str | None = hp(None, "where QA predictions, null odds and eval json are written; default <tasks>_qa beside results_txt's default")
 
     def _set_derived_defaults(self) -> None:
         if len(self.task_names) == 1:
@@ -173,16 +173,20 @@ class FinetuningConfig(HParams):
                                or os.path.join(self.data_dir, "vocab.txt"))
         if self.init_checkpoint is None and not self.debug:
             self.init_checkpoint = pretrained_dir
+        # An experiment with a model_dir of its own keeps its outputs under it: by the task
+        # names alone, two such experiments would write the same files, the second replacing
+        # the first. Without one, the official places.
+        outputs = self.model_dir or pretrained_dir
         self.model_dir = self.model_dir or os.path.join(pretrained_dir, "finetuning_models",
                                                         tasks + "_model")
-        results = os.path.join(pretrained_dir, "results")
+        results = os.path.join(outputs, "results")
         self.results_txt = self.results_txt or os.path.join(results, tasks + "_results.txt")
         self.results_json = self.results_json or os.path.join(results, tasks + "_results.json")
         self.qa_dir = self.qa_dir or os.path.join(results, tasks + "_qa")
         self.preprocessed_data_dir = self.preprocessed_data_dir or os.path.join(
-            pretrained_dir, "finetuning_tfrecords", tasks + "_tfrecords")
+            outputs, "finetuning_tfrecords", tasks + "_tfrecords")
         self.test_predictions_dir = self.test_predictions_dir or os.path.join(
-            pretrained_dir, "test_predictions")
+            outputs, "test_predictions")
         if self.use_tpu:
             self.strategy = "tpu"
         if isinstance(self.custom_tasks, dict):  # else validate() names the problem

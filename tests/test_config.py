@@ -84,6 +84,29 @@ def test_finetuning_defaults_per_task_and_size():
     assert (chunk.max_seq_length, chunk.num_train_epochs) == (256, 1.0)
 
 
+
+def test_finetuning_outputs_follow_the_users_model_dir():
+    """Two experiments with their own model_dir wrote their results, QA files, test predictions
+    and feature caches to the same default files (by task names only), the second replacing the
+    first; without a model_dir the official places stay."""
+    official = FinetuningConfig.from_hparams("m", "/data", {"task_names": ["squad"]})
+    assert (official.results_txt, official.results_json, official.qa_dir) == (
+        "/data/models/m/results/squad_results.txt", "/data/models/m/results/squad_results.json",
+        "/data/models/m/results/squad_qa")
+    assert official.test_predictions_dir == "/data/models/m/test_predictions"
+    assert official.preprocessed_data_dir == "/data/models/m/finetuning_tfrecords/squad_tfrecords"
+    outputs = ("results_txt", "results_json", "qa_dir", "test_predictions_dir",
+               "preprocessed_data_dir")
+    first, second = (FinetuningConfig.from_hparams("m", "/data", {
+        "task_names": ["squad"], "model_dir": f"/exp/{name}"}) for name in ("a", "b"))
+    for key in outputs:
+        assert getattr(first, key).startswith("/exp/a/"), (key, getattr(first, key))
+        assert getattr(second, key).startswith("/exp/b/"), (key, getattr(second, key))
+    assert first.results_json == "/exp/a/results/squad_results.json"
+    chosen = FinetuningConfig.from_hparams("m", "/data", {
+        "task_names": ["squad"], "model_dir": "/exp/a", "results_json": "/r.json"})
+    assert chosen.results_json == "/r.json"  # a path the user gives wins
+
 def test_finetuning_config_errors():
     with pytest.raises(HParamError, match="Unknown hparam 'layerwise_decay'; did you mean layerwise_lr_decay"):
         FinetuningConfig.from_hparams("m", "/d", {"layerwise_decay": 0.8})
