@@ -8,7 +8,7 @@ import dataclasses
 import os
 from typing import Any
 
-from model import modeling, probing
+from model import embedding_sharing, modeling, probing
 from util import fs
 from util.distribution import STRATEGIES
 from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, HParamError, HParams,
@@ -107,7 +107,9 @@ class PretrainingConfig(HParams):
     # generator settings
     uniform_generator: bool = hp(False, "the generator samples uniformly at random")
     two_tower_generator: bool = hp(False, "Electric's two-tower cloze generator")
-    untied_generator_embeddings: bool = hp(False, "generator gets its own token embeddings")
+    untied_generator_embeddings: bool = hp(False, "generator gets its own token embeddings (the official spelling of embedding_sharing untied)")
+    embedding_sharing: str | None = hp(None, "how the generator and the discriminator share token embeddings: shared (the paper's: one electra/embeddings module), untied (= untied_generator_embeddings true), gdes (DeBERTa-v3's gradient-disentangled sharing: the discriminator reads stop_gradient(E_G) + E_delta, E_delta = electra/embeddings/word_embeddings_delta, zero at the start, trained by its loss only; position and token-type tables and LayerNorm shared); null: shared, or untied with untied_generator_embeddings true",
+                                       valid=OneOf(embedding_sharing.MODES))
     untied_generator: bool = hp(True, "false: generator and discriminator share all weights")
     generator_layers: float = hp(1.0, "fraction of discriminator layers in the generator",
                                  valid=Range(0, 1, lo_open=True))
@@ -184,7 +186,20 @@ class PretrainingConfig(HParams):
             self.max_predictions_per_seq = derived
         if self.use_tpu:
             self.strategy = "tpu"
+        self._resolve_embedding_sharing()
         self.validate()
+
+    def _resolve_embedding_sharing(self) -> None:
+        """embedding_sharing and the official untied_generator_embeddings say the same thing
+        after this; refuses them saying different things."""
+        if self.embedding_sharing is None:
+            self.embedding_sharing = "untied" if self.untied_generator_embeddings else "shared"
+        elif self.untied_generator_embeddings and self.embedding_sharing != "untied":
+            raise HParamError(
+                f"hparam 'embedding_sharing' {self.embedding_sharing!r} contradicts hparam "
+                "'untied_generator_embeddings' true (which means embedding_sharing 'untied'): "
+                "set one of them")
+        self.untied_generator_embeddings = self.embedding_sharing == "untied"
 
     def validate(self) -> None:
         self.check_values()  # types and ranges of each hparam (valid= of its field)
@@ -196,6 +211,7 @@ class PretrainingConfig(HParams):
         ]
         checks += self._probe_checks()
         checks += self._objective_checks()
+        checks += self._sharing_checks()
         self._enforce(checks)
         modeling.check_max_seq_length(self.max_seq_length, self.bert_config())
 
@@ -239,6 +255,29 @@ class PretrainingConfig(HParams):
             (not self.two_tower_generator or self.electric_objective or self.electra_objective,
              "two_tower_generator", "needs electric_objective or electra_objective"),
             (self.unigram_max_examples >= 0, "unigram_max_examples", "must be >= 0"),
+        ]
+
+    def _sharing_checks(self) -> list:
+        """GDES needs a learned generator with a table of its own and a replaced-token
+        discriminator that reads it (the key named on failure, the other key in the rule)."""
+        if self.embedding_sharing != "gdes":
+            return []
+        discriminator = ((self.electra_objective or self.electric_objective)
+                         and not (self.replace_mlm or self.all_tokens_mlm))
+        key = "embedding_sharing"
+        return [
+            (discriminator, key, "gdes needs a replaced-token discriminator (electra_objective "
+             "or electric_objective true, not replace_mlm or all_tokens_mlm): a masked-LM "
+             "objective has no discriminator table"),
+            (not self.uniform_generator, key, "gdes cannot be combined with uniform_generator "
+             "true: a uniform generator has no token table to share"),
+            (not self.unigram_generator, key, "gdes cannot be combined with unigram_generator "
+             "true: a unigram generator has no token table to share"),
+            (not self.freeze_generator, key, "gdes cannot be combined with freeze_generator true: "
+             "the two-stage generator keeps its own frozen copy of the embeddings, nothing is "
+             "shared"),
+            (self.untied_generator, key, "gdes needs untied_generator true: with untied_generator "
+             "false the discriminator is its own generator (one network, one table)"),
         ]
 
     def bert_config(self) -> modeling.BertConfig:

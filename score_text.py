@@ -54,6 +54,7 @@ def encode(tokenizer, text: str, max_length: int) -> list[int]:
 
 def build_scorer(md: model_dir_lib.ModelDir, need_generator: bool) -> scoring.ReplacedTokenScorer:
     """The discriminator (and generator) of `md`, weights restored."""
+    from model import embedding_sharing
     from util import checkpoint
 
     names = set(checkpoint.load(md.checkpoint).get_variable_to_shape_map())
@@ -70,7 +71,8 @@ def build_scorer(md: model_dir_lib.ModelDir, need_generator: bool) -> scoring.Re
             else "electra"
         gen_emb = gen_scope if f"{gen_scope}/embeddings/word_embeddings" in names else "electra"
     scorer = scoring.ReplacedTokenScorer(md.bert_config, gen_config, gen_scope or "generator",
-                                         gen_emb or "electra")
+                                         gen_emb or "electra",
+                                         gdes=embedding_sharing.DELTA in names)
     scorer.restore(md.checkpoint)
     return scorer
 

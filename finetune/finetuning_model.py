@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import configure_finetuning
 from finetune import task as task_lib
+from model import embedding_sharing
 from model import layers
 from model import modeling
 from util import checkpoint
@@ -81,12 +82,13 @@ class FinetuningModel(tf.Module):
 
         Every `electra/...` encoder variable must be present; other tensors of the checkpoint
         (generator, pre-training heads, optimizer slots, global_step) are ignored and summarised.
+        A GDES checkpoint's discriminator table is E_G + E_delta (model/embedding_sharing.py).
 
         Raises:
           ValueError: no checkpoint at `path`, or encoder variables missing / of another shape.
         """
         try:
-            report = checkpoint.restore(self.encoder_variables(), path, allow_missing=False)
+            report = embedding_sharing.restore(self.encoder_variables(), path)
         except FileNotFoundError as e:
             raise ValueError(
                 f"init_checkpoint: {e}. Give a checkpoint prefix or a directory holding one "

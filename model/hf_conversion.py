@@ -20,7 +20,8 @@ Parameter names follow `transformers/models/electra/modeling_electra.py`:
 
 `<scope>` is `electra` for the discriminator and `generator` for the generator; the HF model
 always calls its encoder `electra`. A generator that shares the discriminator's embeddings takes
-them from `electra/embeddings/*`.
+them from `electra/embeddings/*`. Under GDES (model/embedding_sharing.py) that is the generator's
+table E_G; the discriminator exports one table, E_G + E_delta.
 
 Sequence classification. The official head is dropout + ONE dense layer on the [CLS] vector. The
 Hugging Face head (ElectraClassificationHead) is dense(H, H) + exact GELU + out_proj(H, C), and
@@ -48,7 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from model import modeling
+from model import embedding_sharing, modeling
 
 HF_PREFIX = "electra"
 # Our BertConfig.hidden_act -> HF ElectraConfig.hidden_act (ACT2FN names).
@@ -247,8 +248,10 @@ def bert_config_from_hf(values: dict, where: str = "config.json"
 
 def discriminator_to_hf(tensors: dict[str, np.ndarray],
                         config: modeling.BertConfig) -> dict[str, np.ndarray]:
-    """ElectraForPreTraining parameters from our `electra/` and `discriminator_predictions/`."""
-    return _convert(tensors, encoder_pairs(config, "electra") + discriminator_head_pairs(),
+    """ElectraForPreTraining parameters from our `electra/` and `discriminator_predictions/`
+    (a GDES checkpoint's discriminator table is E_G + E_delta)."""
+    return _convert(embedding_sharing.fold(tensors),
+                    encoder_pairs(config, "electra") + discriminator_head_pairs(),
                     "discriminator export")
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
-from model import modeling
+from model import embedding_sharing, modeling
 from pretrain import masking
 from pretrain.heads import GeneratorHead
 from pretrain.objectives import functions
@@ -115,10 +115,11 @@ def build_generator(config: PretrainingConfig, discriminator: modeling.BertModel
     """(generator, its BertConfig or None) for `config`, as the official code builds it.
 
     A separate `generator/` network exists when a discriminator (or Replace/All-Tokens MLM)
-    reads its samples and `untied_generator` (default); it shares the discriminator's token
-    embeddings unless `untied_generator_embeddings`. Otherwise the discriminator's encoder IS
-    the generator. Two-stage training (`freeze_generator`) gives it the discriminator's shape,
-    its own embeddings, and non-trainable variables.
+    reads its samples and `untied_generator` (default); it shares the discriminator's
+    embeddings unless `embedding_sharing` is untied (under gdes: the module holding E_G).
+    Otherwise the discriminator's encoder IS the generator. Two-stage training
+    (`freeze_generator`) gives it the discriminator's shape, its own embeddings, and
+    non-trainable variables.
 
     unigram_counts: int [V] token counts, required for unigram_generator.
     """
@@ -142,11 +143,11 @@ def build_generator(config: PretrainingConfig, discriminator: modeling.BertModel
     shared = None
     if frozen:
         pass  # its own (frozen) copy of the embeddings: D keeps training its own
-    elif config.untied_generator_embeddings:
+    elif config.embedding_sharing == "untied":
         gen_config = copy.deepcopy(gen_config)  # official: own embeddings of its hidden size
         gen_config.embedding_size = gen_config.hidden_size
     else:
-        shared = discriminator.embeddings
+        shared = embedding_sharing.generator_embeddings(discriminator.embeddings)
     with trainable_scope(not frozen):
         if config.two_tower_generator:
             towers = TwoTowerEncoder(gen_config, shared, compute_dtype, seed,

@@ -5,8 +5,9 @@
 The generator (pretrain/generators.py) and the objective that weighs the losses
 (pretrain/objectives/: BERT, ELECTRA and its variants, Replace/All-Tokens MLM) are chosen once,
 from the config. Variables carry the official names: the discriminator under `electra/`, the
-generator encoder under `generator/` (sharing `electra/embeddings/*` unless
-`untied_generator_embeddings`), the masked-LM head under `generator_predictions/` and the
+generator encoder under `generator/` (sharing `electra/embeddings/*` unless `embedding_sharing`
+is untied; under gdes the discriminator adds `electra/embeddings/word_embeddings_delta`,
+model/embedding_sharing.py), the masked-LM head under `generator_predictions/` and the
 replaced-token-detection head under `discriminator_predictions/`.
 
 Losses, exactly as the official model:
@@ -19,7 +20,7 @@ Gumbel noise, dropout) is a pure function of (seed, step, example index): see pr
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
-from model import modeling
+from model import embedding_sharing, modeling
 from pretrain import generators, masking
 from pretrain import rng as rng_lib
 from pretrain.objectives import ReplacedTokenDetection, build_objective
@@ -44,9 +45,9 @@ class PretrainingModel(tf.Module):
         self.seed = config.seed if seed is None else seed
         dtype = compute_dtype or config.compute_dtype
         self.disc_config = config.bert_config()
-        self.discriminator_encoder = modeling.BertModel(self.disc_config, "electra",
-                                                        compute_dtype=dtype, seed=self.seed,
-                                                        recompute_grad=config.recompute_grad)
+        self.discriminator_encoder = modeling.BertModel(
+            self.disc_config, "electra", embeddings=_discriminator_embeddings(config, self.seed),
+            compute_dtype=dtype, seed=self.seed, recompute_grad=config.recompute_grad)
         self.generator, self.generator_config = generators.build_generator(
             config, self.discriminator_encoder, special_ids, dtype, self.seed, unigram_counts)
         self.objective = build_objective(config, self.discriminator_encoder,
@@ -117,6 +118,15 @@ class PretrainingModel(tf.Module):
                 seen.add(v.ref())
                 unique.append(v)
         return checkpoint.by_name(sorted(unique, key=lambda v: v.name))
+
+
+def _discriminator_embeddings(config: PretrainingConfig, seed: int):
+    """Under gdes the discriminator's embeddings (the generator shares the module under them);
+    otherwise None: the encoder builds its own, as always."""
+    if config.embedding_sharing != "gdes":
+        return None
+    shared = modeling.Embeddings(config.bert_config(), "electra", seed)
+    return embedding_sharing.GradientDisentangledEmbeddings(shared)
 
 
 def _dropout_seeds(training: bool, dropout_seed) -> tuple:

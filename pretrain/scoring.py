@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from model import modeling
+from model import embedding_sharing, modeling
 from pretrain import masking
 from pretrain import heads
 from pretrain import rng as rng_lib
@@ -35,23 +35,27 @@ class ReplacedTokenScorer(tf.Module):
 
     generator_scope: "generator" for a separate generator encoder, "electra" when the
     discriminator encoder doubles as generator; generator_embeddings: the scope owning the
-    generator's embeddings ("electra" when shared, as by default).
+    generator's embeddings ("electra" when shared, as by default); gdes: the checkpoint shares
+    them by GDES (it holds `electra/embeddings/word_embeddings_delta`).
     """
 
     def __init__(self, disc_config: modeling.BertConfig,
                  generator_config: modeling.BertConfig | None = None,
-                 generator_scope: str = "generator", generator_embeddings: str = "electra"):
+                 generator_scope: str = "generator", generator_embeddings: str = "electra",
+                 gdes: bool = False):
         super().__init__(name="replaced_token_scorer")
         self.disc_config = disc_config
-        self.discriminator = modeling.BertModel(disc_config, "electra")
+        embeddings = (embedding_sharing.GradientDisentangledEmbeddings(
+            modeling.Embeddings(disc_config, "electra")) if gdes else None)
+        self.discriminator = modeling.BertModel(disc_config, "electra", embeddings=embeddings)
         self.discriminator_head = heads.DiscriminatorHead(disc_config, 0)
         self.generator = self.generator_head = None
         if generator_config is not None:
             if generator_scope == "electra":
                 self.generator = self.discriminator
             else:
-                shared = (self.discriminator.embeddings if generator_embeddings == "electra"
-                          else None)
+                shared = (embedding_sharing.generator_embeddings(self.discriminator.embeddings)
+                          if generator_embeddings == "electra" else None)
                 self.generator = modeling.BertModel(generator_config, generator_scope,
                                                     embeddings=shared)
             table = self.generator.embeddings.word_embeddings
@@ -62,7 +66,7 @@ class ReplacedTokenScorer(tf.Module):
     def restore(self, path: str) -> checkpoint.RestoreReport:
         """Loads every variable by name; missing ones are an error listing them."""
         unique = {v.ref(): v for v in self.variables}
-        return checkpoint.restore(checkpoint.by_name(unique.values()), path)
+        return embedding_sharing.restore(checkpoint.by_name(unique.values()), path)
 
     def discriminate(self, input_ids, input_mask, segment_ids) -> tf.Tensor:
         """int32 [B, L] each -> float32 logits [B, L] of "this token was replaced"."""

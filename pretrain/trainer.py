@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
-from model import optimization
+from model import embedding_sharing, optimization
 from pretrain import input_pipeline, masking, pretrain_metrics
 from pretrain import rng as rng_lib
 from pretrain.objectives import functions
@@ -122,8 +122,9 @@ class Trainer:
         return checkpoint.restore(self.all_variables(), path)
 
     def init_from(self, path: str, keep_step: bool = False) -> checkpoint.RestoreReport:
-        """Continued pre-training: model weights only (fresh optimizer slots), by name."""
-        report = checkpoint.restore(self.model_vars, path, allow_missing=True)
+        """Continued pre-training: model weights only (fresh optimizer slots), by name; a GDES
+        checkpoint gives a model without GDES the discriminator's table E_G + E_delta."""
+        report = embedding_sharing.restore(self.model_vars, path, allow_missing=True)
         if not report.restored:
             raise ValueError(f"init_checkpoint {report.path} shares no variable name with the "
                              "model (is it an ELECTRA/BERT checkpoint?)")

@@ -12,7 +12,10 @@ to a float32 tensor or variable; every function here is a formula of the release
   pretraining     run_pretraining.PretrainingModel: the masked LM at the masked positions,
                   the corrupted input (pretrain_helpers.unmask / scatter_update), labels
                   (a sample equal to the original is not replaced), the discriminator, and
-                  loss = gen_weight * mlm + disc_weight * disc;
+                  loss = gen_weight * mlm + disc_weight * disc; with weights holding
+                  `electra/embeddings/word_embeddings_delta`, the discriminator reads
+                  stop_gradient(E_G) + E_delta (DeBERTa-v3's GDES, He, Gao, Chen 2023; not
+                  in the release);
   finetuning      run_finetuning.FinetuningModel with the classification, tagging and QA
                   (SQuAD 2.0: joint prediction, answerability classifier) prediction modules;
   optimizer_step  optimization.create_optimizer: clip_by_global_norm(1.0), the polynomial decay
@@ -119,6 +122,15 @@ def masked_lm(w, hidden, masked):
     return tf.reduce_sum(weights * label_log_probs) / (tf.reduce_sum(weights) + 1e-6), logits
 
 
+def discriminator_weights(w):
+    """The weights the discriminator reads: under GDES its token table is
+    stop_gradient(E_G) + E_delta, E_G the (generator's) `electra/embeddings/word_embeddings`."""
+    table = "electra/embeddings/word_embeddings"
+    if f"{table}_delta" not in w:
+        return w
+    return dict(w, **{table: tf.stop_gradient(w[table]) + w[f"{table}_delta"]})
+
+
 def sample_from_softmax(logits, uniform_noise, temperature=1.0):
     """pretrain_helpers.sample_from_softmax with its uniform noise given: Gumbel-max."""
     gumbel = -tf.math.log(-tf.math.log(uniform_noise + 1e-9) + 1e-9)
@@ -148,7 +160,7 @@ def pretraining(w, masked, *, disc_heads, gen_heads, sampled=None, uniform_noise
     original, _ = scatter_update(masked["input_ids"], masked["masked_lm_ids"], positions)
     fake, written = scatter_update(original, sampled, positions)
     labels = written * (1 - tf.cast(tf.equal(fake, original), tf.int32))
-    hidden = encoder(w, "electra", fake, *inputs, disc_heads)
+    hidden = encoder(discriminator_weights(w), "electra", fake, *inputs, disc_heads)
     h = dense(hidden, w, "discriminator_predictions/dense", gelu)
     logits = tf.squeeze(dense(h, w, "discriminator_predictions/dense_1"), -1)
     weights = tf.cast(masked["input_mask"], tf.float32)

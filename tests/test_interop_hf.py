@@ -93,9 +93,10 @@ def documented_params(kind: str, hidden: int, ffn: int, num_labels: int = 2) -> 
     return params
 
 
-def pretrained_dir(root) -> str:
-    """A pre-training model dir (configs, vocab, checkpoint) with random non-trivial weights."""
-    hparams = fx.tiny_hparams(embedding_size=E)
+def pretrained_dir(root, **overrides) -> str:
+    """A pre-training model dir (configs, vocab, checkpoint) with random non-trivial weights;
+    `overrides`: pre-training hparams (e.g. embedding_sharing)."""
+    hparams = fx.tiny_hparams(embedding_size=E, **overrides)
     config = PretrainingConfig.from_hparams("m", str(root), hparams)
     model = PretrainingModel(config, SPECIAL)
     rng = np.random.default_rng(0)

@@ -27,7 +27,7 @@ from configure_pretraining import PretrainingConfig
 from finetune import task_builder
 from finetune import trainer as finetune_trainer
 from finetune.classification import classification_tasks
-from model import layers
+from model import embedding_sharing, layers
 from util import checkpoint
 from pretrain import input_pipeline, masking
 from pretrain import pretraining_model
@@ -226,6 +226,33 @@ def test_bert_step_matches_the_official_masked_lm():
     assert not any(n.startswith(("generator/", "discriminator_predictions/")) for n in weights)
     for _ in range(2):
         assert_within(pretraining_step(setup, weights, slots))
+
+
+def plant_discriminator_gradient_into_the_generator_table(setup, monkeypatch):
+    """GDES without its stop_gradient: the discriminator's loss then trains E_G too."""
+    def leaking(self, input_ids, token_type_ids, **kwargs):
+        words = (tf.gather(self.shared.word_embeddings, input_ids)
+                 + tf.gather(self.word_embeddings_delta, input_ids))
+        return self.shared(input_ids, token_type_ids, **dict(kwargs, inputs_embeds=words))
+
+    monkeypatch.setattr(embedding_sharing.GradientDisentangledEmbeddings, "__call__", leaking)
+
+
+def test_gdes_step_matches_the_formulas(monkeypatch):
+    """embedding_sharing gdes: the discriminator reads stop_gradient(E_G) + E_delta; E_delta is
+    trained (and weight-decayed) as any table. A leak of the discriminator's gradient into E_G
+    is caught."""
+    setup = make_pretraining(embedding_sharing="gdes")
+    delta = embedding_sharing.DELTA
+    weights, slots = setup.reset()
+    assert delta in weights and not weights[delta].numpy().any()
+    for _ in range(2):
+        result = pretraining_step(setup, weights, slots)
+        assert_within(result)
+    assert weights[delta].numpy().any()  # trained by the second step (the first has rate 0)
+    assert "weights" not in one_comparison(setup, pretraining_step)
+    plant_discriminator_gradient_into_the_generator_table(setup, monkeypatch)
+    assert "weights" in one_comparison(setup, pretraining_step)
 
 
 @pytest.mark.parametrize("variant", ["bfloat16", "xla"])

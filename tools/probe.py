@@ -35,12 +35,12 @@ log = logging.getLogger("probe")
 
 def build_encoder(md, seed: int, restore: bool):
     """The `electra/` encoder of model dir `md`, restored or freshly initialised with `seed`."""
-    from model import modeling
+    from model import embedding_sharing, modeling
     from util import checkpoint
 
     encoder = modeling.BertModel(md.bert_config, "electra", seed=seed)
-    if restore:
-        checkpoint.restore(checkpoint.by_name(encoder.variables), md.checkpoint)
+    if restore:  # a GDES checkpoint: the discriminator's table is E_G + E_delta
+        embedding_sharing.restore(checkpoint.by_name(encoder.variables), md.checkpoint)
     return encoder
 
 
