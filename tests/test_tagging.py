@@ -131,6 +131,90 @@ def test_unknown_chunk_tag_names_file_and_line(tmp_path):
         task.get_examples("train")
 
 
+
+# -- tag schemes: read off the file, converted to IOB2, or refused naming file and line ----------
+
+# IOB1 (CoNLL-2003's original files): a chunk begins with I-; B- only right after a chunk of the
+# same type. The same chunks as TRAIN's first sentence, then two adjacent NPs.
+IOB1 = ("The DT I-NP\ncat NN I-NP\nsat VBD I-VP\non IN I-PP\nthe DT I-NP\nmat NN I-NP\n. . O\n\n"
+        "the DT I-NP\ncat NN I-NP\nthe DT B-NP\ndog NN I-NP\nran VBD I-VP\n")
+IOB1_AS_IOB2 = [["B-NP", "I-NP", "B-VP", "B-PP", "B-NP", "I-NP", "O"],
+                ["B-NP", "I-NP", "B-NP", "I-NP", "B-VP"]]
+
+
+def perfect_scores(task, split: str) -> dict:
+    """The task's scores when every word is predicted as its training label."""
+    scorer = task.get_scorer(split)
+    for e in task.get_examples(split):
+        scorer.update({"eid": e.eid, "first_word": 0, "loss": 0.0,
+                       "predictions": [task.label_list.index(label) for label in e.labels],
+                       "labels_mask": [1] * len(e.labels)})
+    return dict(scorer.get_results())
+
+
+def test_iob1_files_are_read_as_iob2_and_score_as_conlleval(tmp_path, caplog):
+    """IOB1 gold tags were compared as strings with IOB2 predictions: a perfect tagger scored
+    token accuracy below 100 without a word."""
+    caplog.set_level(logging.INFO)
+    task = make_task(tmp_path, {"train.txt": IOB1, "dev.txt": IOB1})
+    assert [e.tags for e in task.get_examples("train")] == IOB1_AS_IOB2
+    assert task.get_examples("train")[1].labels == ["B-NP", "E-NP", "B-NP", "E-NP", "S-VP"]
+    scores = perfect_scores(task, "dev")
+    assert scores["accuracy"] == scores["f1"] == 100.0
+    assert "train.txt holds IOB1 tags: read as IOB2" in caplog.text
+
+
+def test_each_file_is_read_in_its_own_scheme(tmp_path):
+    """An IOB2 training file and a BIOES dev file mark the same chunks."""
+    bioes = ("The DT B-NP\ncat NN E-NP\nsat VBD S-VP\non IN S-PP\nthe DT B-NP\nmat NN E-NP\n"
+             ". . O\n")
+    task = make_task(tmp_path, {"train.txt": TRAIN, "dev.txt": bioes})
+    assert task.get_examples("dev")[0].tags == IOB1_AS_IOB2[0]
+    assert perfect_scores(task, "dev")["accuracy"] == 100.0
+
+
+@pytest.mark.parametrize("text, message", [
+    # I- beginning a chunk (IOB1) and B- after O (IOB2) in one file: which chunks are meant?
+    ("the DT B-NP\ncat NN I-NP\n\nsat VBD I-VP\n",
+     r"train.txt:4: tag 'I-VP' begins a chunk at the start of a sentence \(IOB1\), but "
+     r".*train.txt:1: tag 'B-NP' at the start of a sentence begins one with B- \(IOB2\)"),
+    ("the DT B-NP\ncat NN E-NP\nsat VBD I-VP\n",
+     r"train.txt:3: tag 'I-VP' after 'E-NP' is out of place in BIOES tags .* expected O, B- or S-"),
+    ("the DT B-NP\ncat NN I-VP\nsat VBD S-VP\n",
+     r"train.txt:2: tag 'I-VP' after 'B-NP' is out of place in BIOES tags .* expected I-NP or E-NP"),
+    ("the DT S-NP\ncat NN B-NP\n",
+     r"train.txt:2: tag 'B-NP' ends its sentence inside a chunk: BIOES chunks end with E-NP"),
+])
+def test_a_tag_its_scheme_does_not_allow_is_refused_naming_file_and_line(tmp_path, text,
+                                                                        message):
+    task = make_task(tmp_path, {"train.txt": text})
+    with pytest.raises(task_lib.TaskDataError, match=message):
+        task.get_examples("train")
+
+
+def custom_tagging(root, train: str, **spec):
+    (root / "train.txt").write_text(train, encoding="utf-8")
+    (root / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    config = configure_finetuning.FinetuningConfig.from_hparams("m", str(root), dict(
+        task_names=["ner"], custom_tasks={"ner": dict(type="tagging", train=str(
+            root / "train.txt"), **spec)}, vocab_size=len(VOCAB), init_checkpoint="",
+        model_hparam_overrides=TINY, embedding_size=16, max_seq_length=16))
+    return task_builder.get_tasks(config)[0]
+
+
+def test_one_malformed_tag_among_chunk_tags_is_an_error_not_token_tagging(tmp_path):
+    """Without "encoding", one tag not of a chunk's form made the whole task per-token tagging
+    (scored by accuracy, no chunks) with only an INFO line."""
+    with pytest.raises(task_lib.TaskDataError,
+                       match=r"train.txt:3: tag 'B_PER' of word 'sat' is not O or B-, I-, E-, "
+                             r"S-<type>, while the file holds chunk tags \(.*train.txt:1: "
+                             r"'B-PER'\).*\"encoding\": \"token\""):
+        custom_tagging(tmp_path, "the B-PER\ncat I-PER\nsat B_PER\n")
+    assert custom_tagging(tmp_path, "the DT\ncat NN\nsat VBD\n").span_tags is False
+    assert custom_tagging(tmp_path, "the B-PER\ncat I-PER\nsat O\n").span_tags is True
+    assert custom_tagging(tmp_path, "the B-PER\ncat I-PER\nsat B_PER\n",
+                          encoding="token").span_tags is False
+
 # -- featurizing ----------------------------------------------------------------------------------
 
 def test_labels_sit_on_the_first_piece_of_each_word(tmp_path):

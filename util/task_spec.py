@@ -18,9 +18,12 @@ Keys (every family): `type` (classification, regression, tagging, qa) and the fi
       targets are (y - lo) / hi as the official STS-B), `metrics` from pearson, spearman.
   tagging   CoNLL-style files: one token per line, whitespace-separated columns, a blank line
       between sentences. `word_column` (default 0), `tag_column` (default -1, the last).
-      `encoding`: "span" (BIO / IOB / BIOES tags, scored per span as conlleval) or "token"
-      (any tag set, e.g. POS, scored per token); default: span when every tag is O or
-      B-/I-/E-/S-<type>. `labels`: the tag types (span) or tags (token), default from train.
+      `encoding`: "span" (IOB2 / IOB1 / BIOES tags, the scheme read off each file, which is
+      read as IOB2 and scored per span as conlleval; a file mixing schemes is refused) or
+      "token" (any tag set, e.g. POS, scored per token); default: span when the training file
+      holds tags of a chunk's form, O or B-/I-/E-/S-<type> (any other tag beside them is an
+      error naming file and line), token when it holds none. `labels`: the tag types (span) or
+      tags (token), default from train.
   qa        SQuAD-format JSON (or MRQA JSONL); `version` 1 (every question answerable, the
       default) or 2 (unanswerable questions, SQuAD 2.0's no-answer head and metrics).
 

@@ -13,8 +13,8 @@ correct / guessed, recall = correct / gold, F1 their harmonic mean (0 when undef
 and overall, on a 0-100 scale; token accuracy counts tokens whose two tags are equal as strings.
 
 Models are trained on BIOES tags (as the official release); `bioes_to_iob2` turns a predicted
-sequence, even an ill-formed one, back into IOB2 so the written predictions and the metrics use
-the gold file's scheme.
+sequence, even an ill-formed one, back into IOB2: the scheme every gold file is read in
+(tag_schemes.py converts IOB1 and BIOES files), so tags compare as strings for token accuracy.
 """
 import collections
 import dataclasses

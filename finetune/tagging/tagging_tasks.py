@@ -5,9 +5,11 @@ Data: `<raw_data_dir>/chunk/{train,dev,test}.txt` in the CoNLL-2000 format: one 
 ignored. CoNLL-2000 has no official dev set: without dev.txt the last `heldout_dev_sentences`
 sentences of train.txt become the dev set (and are left out of training), which is logged.
 
-Labels: each word's chunk tag is re-encoded in BIOES over the fixed CoNLL-2000 chunk types (the
-official release also trains on BIOES; hparam `tagging_label_encoding: IOB2` trains on O/B-/I-
-labels instead); predictions are decoded back to IOB2 for scoring and output. Only the first
+Labels: each file's tags are read in its own scheme (IOB2, IOB1 or BIOES, read off its tags:
+tag_schemes.py) as IOB2, the gold tags of scoring and outputs; each word's chunk is re-encoded in
+BIOES over the fixed CoNLL-2000 chunk types (the official release also trains on BIOES; hparam
+`tagging_label_encoding: IOB2` trains on O/B-/I- labels instead); predictions are decoded back
+to IOB2 for scoring and output. Only the first
 WordPiece of a word carries its label; the other pieces get none.
 
 Windows: a sentence whose pieces do not fit in `max_seq_length - 2` ([CLS] ... [SEP]) is cut into
@@ -29,6 +31,7 @@ import configure_finetuning
 from finetune import feature_spec
 from finetune import heads
 from finetune import task as task_lib
+from finetune.tagging import tag_schemes
 from finetune.tagging import tagging_metrics
 from model import modeling
 from util import fs, io_utils
@@ -232,12 +235,13 @@ class TaggingTask(task_lib.Task):
         self._tokenizer = tokenizer
         self.label_encoding = config.tagging_label_encoding
         self._files: dict[str, list[ConllSentence]] = {}
+        self._schemes: dict[str, str] = {}  # split -> the tag scheme of its file
         self._examples: dict[str, list[TaggingExample]] = {}
         self._logged_holdout = False
         if not self.chunk_types or self.span_tags is None:
             train = self._read_path(self.split_path("train"), check=False)
             if self.span_tags is None:
-                self.span_tags = all(_is_chunk_tag(t) for s in train for t in s.tags)
+                self.span_tags = _holds_chunk_tags(train)
                 log.info("task %s: tags read as %s tags (set \"encoding\" to choose)", name,
                          "chunk" if self.span_tags else "per-token")
             if not self.chunk_types:
@@ -302,9 +306,33 @@ class TaggingTask(task_lib.Task):
         return sentences
 
     def _read(self, split: str) -> list[ConllSentence]:
+        """The split's sentences; chunk tags in IOB2 whatever the file's scheme."""
         if split not in self._files:
-            self._files[split] = self._read_path(self.split_path(split))
+            sentences = self._read_path(self.split_path(split))
+            if self.span_tags:
+                scheme = self._scheme(split, sentences)
+                for sentence in sentences:
+                    sentence.tags = tag_schemes.to_iob2(sentence.tags, scheme)
+            self._files[split] = sentences
         return self._files[split]
+
+    def _scheme(self, split: str, sentences: list[ConllSentence]) -> str:
+        """The tag scheme of a split's file, read off its tags; a file without a chunk takes the
+        training file's."""
+        default = tag_schemes.IOB2 if split == "train" else self._training_scheme()
+        scheme = tag_schemes.detect(sentences, default)
+        if scheme != tag_schemes.IOB2:
+            log.info("task %s: %s holds %s tags: read as IOB2 (the same chunks)", self.name,
+                     self.split_path(split), scheme)
+        self._schemes[split] = scheme
+        return scheme
+
+    def _training_scheme(self) -> str:
+        if "train" not in self._schemes:
+            if not self.has_split_file("train"):
+                return tag_schemes.IOB2
+            self._read("train")
+        return self._schemes["train"]
 
     def _check_tags(self, sentence: ConllSentence) -> None:
         for i, tag in enumerate(sentence.tags):
@@ -366,14 +394,11 @@ class TaggingTask(task_lib.Task):
     def _labels(self, tags: list[str]) -> tuple[list[str], list[str]]:
         """(tags to score against, training labels) of a sentence's tags as in the file.
 
-        Chunk tags train as BIOES (or IOB2: `tagging_label_encoding`) and are scored as conlleval
-        reads IOB (a BIOES file's tags become IOB2 first: conlleval does not know S- and E-).
-        Token tags are both.
+        Chunk tags (IOB2 by now, whatever the file's scheme: _read) train as BIOES (or IOB2:
+        `tagging_label_encoding`) and are scored as they are. Token tags are both.
         """
         if not self.span_tags:
             return tags, tags
-        if any(t[:2] in ("E-", "S-") for t in tags):
-            tags = tagging_metrics.bioes_to_iob2(tags)
         chunks = tagging_metrics.get_chunks(tags)
         return tags, tagging_metrics.chunks_to_tags(chunks, len(tags), self.label_encoding)
 
@@ -537,3 +562,30 @@ class CustomTagging(TaggingTask):
 def _is_chunk_tag(tag: str) -> bool:
     prefix, chunk_type = tagging_metrics.split_tag(tag)
     return tag == tagging_metrics.OUTSIDE or prefix in ("B", "I", "E", "S") and bool(chunk_type)
+
+
+def _holds_chunk_tags(sentences: Sequence[ConllSentence]) -> bool:
+    """Whether a training file holds chunk tags (B-, I-, E-, S-<type> and O) rather than plain
+    per-token tags (no tag of a chunk's form).
+
+    Raises:
+      TaskDataError: chunk tags beside one that is not (a malformed tag would otherwise turn the
+        whole task into per-token tagging), naming file, line and tag.
+    """
+    chunk = bad = None
+    for s in sentences:
+        for i, tag in enumerate(s.tags):
+            if not _is_chunk_tag(tag):
+                bad = bad or (s, i)
+            elif tag != tagging_metrics.OUTSIDE:
+                chunk = chunk or (s, i)
+    if chunk is None:
+        return False
+    if bad is not None:
+        (s, i), (c, j) = bad, chunk
+        raise task_lib.TaskDataError(
+            f"{s.path}:{s.lines[i]}: tag {s.tags[i]!r} of word {s.words[i]!r} is not O or B-, "
+            f"I-, E-, S-<type>, while the file holds chunk tags ({c.path}:{c.lines[j]}: "
+            f"{c.tags[j]!r}): fix the tag, or set \"encoding\": \"token\" to learn every tag "
+            f"as a plain label")
+    return True
