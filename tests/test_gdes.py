@@ -20,7 +20,7 @@ from configure_pretraining import PretrainingConfig
 from finetune import finetuning_model, task_builder
 from model import embedding_sharing
 from model import model_dir as model_dir_lib
-from pretrain import input_pipeline, masking
+from pretrain import input_pipeline, masking, run_setup
 from pretrain import rng as rng_lib
 from pretrain.pretraining_model import PretrainingModel
 from pretrain.trainer import Trainer
@@ -291,6 +291,18 @@ def test_hugging_face_export_computes_the_discriminator_logits(gdes_dir, tmp_pat
 
 
 # -- resume -------------------------------------------------------------------------------------
+
+def test_resuming_under_another_sharing_is_refused(tmp_path):
+    saved = tmp_path / "pretrain_config.json"
+    saved.write_text(json.dumps(make_config(**GDES).to_dict()))
+    with pytest.raises(run_setup.IncompatibleResumeError, match="embedding_sharing: 'gdes' -> "
+                                                                "'shared'"):
+        run_setup.check_resume_compatible(make_config(), str(saved))
+    # A model dir written before the hparam existed resumes as before.
+    before = {k: v for k, v in make_config().to_dict().items() if k != "embedding_sharing"}
+    saved.write_text(json.dumps(before))
+    run_setup.check_resume_compatible(make_config(), str(saved))
+
 
 def test_resume_restores_both_parts_and_continues_exactly(tmp_path):
     data_dir = fx.write_data(str(tmp_path / "data"))
