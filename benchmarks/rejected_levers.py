@@ -1,4 +1,4 @@
-"""Speed levers measured and not kept (BENCHMARKS.md, "Speed levers"), timed again on demand.
+"""Speed levers measured and not kept (BENCHMARKS.md, "Tried and not kept"), timed again on demand.
 
 1. Attention as `tf.einsum` over [B, L, N, d] (no explicit head transposes) against the model's
    reshape + transpose + batched matmul (model/modeling.py TransformerLayer): scores, softmax

@@ -7,8 +7,8 @@ or float16 forward pass uses float32 master weights.
 The elementwise work between two matmuls (bias + activation; dropout + residual + LayerNorm;
 scale + mask + softmax + dropout) is compiled by XLA, one fused pass over memory per block, while
 the matmuls stay in the graph, where oneDNN runs them faster than XLA's CPU dots. Graph mode runs
-every elementwise op as its own pass over a [B*L, H] tensor, and those passes took about half of
-a step (BENCHMARKS.md, "Speed levers"). Dropout's random numbers are drawn outside the blocks
+every elementwise op as its own pass over a [B*L, H] tensor; one compiled pass per block is the
+lever BENCHMARKS.md measures ("Speed levers"). Dropout's random numbers are drawn outside the blocks
 (`_random_bits`); under bfloat16 or float16 a block computes in float32 and rounds once
 (`BLOCK_MATH_FLOAT32`).
 """
@@ -104,7 +104,7 @@ def elementwise_fusion(enabled: bool):
     XLA compiles a block for every input shape it meets, about 80 ms each on this CPU. A model
     whose shapes change from batch to batch (padding removed: the number of real tokens) meets a
     new shape every few steps; in float32 it runs the blocks as graph ops, as fast per step and
-    never compiled (BENCHMARKS.md, "Fine-tuning end to end"): the same math, the same float32
+    never compiled (BENCHMARKS.md, "The packed encoder's elementwise blocks"): the same math, the same float32
     widening (BLOCK_MATH_FLOAT32)."""
     saved = getattr(_fusion, "enabled", True)
     _fusion.enabled = enabled

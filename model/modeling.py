@@ -273,7 +273,7 @@ class TransformerLayer(tf.Module):
 # True: the encoder's layers run through one traced function per model, called with each
 # layer's weights, so a 12-layer model traces one layer (and its gradient) instead of twelve:
 # ELECTRA-Small's first fine-tuning step took 9.8 s instead of 14.1 s (BENCHMARKS.md,
-# "Fine-tuning end to end"). TensorFlow inlines function calls when it instantiates a step: the
+# "Tracing, graph building and input pipelines"). TensorFlow inlines function calls when it instantiates a step: the
 # numbers and the step time measured the same. Not inside an XLA compile: XLA took twice as long to
 # compile a step whose layers were calls (27 s against 15 s for a tiny pre-training step).
 # False: each layer's ops are traced in place. Read when a step is traced.
@@ -356,7 +356,7 @@ class BertModel(tf.Module):
         compiles the blocks for each. In float32 the blocks as graph ops take a step as long, so
         they run that way; in 16-bit the compiled blocks make a training step faster (they
         compute in float32 and round once) and repay their compiles over a run (BENCHMARKS.md,
-        "Fine-tuning end to end"). A forward pass alone (evaluation, prediction) gains too little
+        "The packed encoder's elementwise blocks"). A forward pass alone (evaluation, prediction) gains too little
         from them to repay a compile per shape: graph ops. With padding the shapes are few."""
         if not self.remove_padding:
             return True

@@ -156,7 +156,7 @@ def sample_from_softmax(logits: tf.Tensor, uniform_noise: tf.Tensor,
 
 # One pass over [B, N, V] instead of nine (with the bits' conversion to floats); the argmax
 # stays in the graph, where TensorFlow's kernel ran 4.5x faster than XLA's reduction
-# (BENCHMARKS.md, "Speed levers").
+# (BENCHMARKS.md, "Tried and not kept").
 @layers.elementwise_block
 def _gumbel_perturbed(logits, uniform_noise, disallow, temperature: float):
     if uniform_noise.dtype == tf.uint32:

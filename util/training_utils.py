@@ -209,6 +209,11 @@ def _process_start_time(pid: int) -> float | None:
         return None
 
 
+# Lock files this process holds: a second RunLock on one of them (one run reaching a place by
+# two names) is refused, not taken for the debris of an earlier process with our pid.
+_HELD_HERE: set[str] = set()
+
+
 class RunLock:
     """An exclusive lock on a directory: `<directory>/<filename>` holding {pid, host, started}.
 
@@ -231,9 +236,11 @@ class RunLock:
     _LEASE_REFRESH_SECS = 60.0
 
     def __init__(self, directory: str, filename: str = ".run.lock",
-                 stale_after_secs: float = 3600.0):
-        local = fs.local_path(directory)  # a file:// URL is the local disk: exclusive create
-        self.path = os.path.join(directory if local is None else local, filename)
+                 stale_after_secs: float = 3600.0, guards: str | None = None):
+        # Keyed on the real place (symlinks, `..`, `//`, a file:// URL resolved), so every
+        # spelling of the directory meets the same lock file; a file:// URL is the local disk.
+        self.path = os.path.join(fs.place(directory), filename)
+        self.guards = guards or os.path.dirname(self.path)  # what messages say is in use
         self.stale_after_secs = stale_after_secs
         self.held = False
         self.host = socket.gethostname()
@@ -263,6 +270,8 @@ class RunLock:
             age = self._age(owner)
             return "unreadable lock file" if age > 60 else None
         if host == self.host:
+            if pid == os.getpid() and self.path in _HELD_HERE:
+                return None  # another part of this very run holds it (two outputs, one place)
             if pid == os.getpid():
                 # Not held by us, so an earlier process with our pid wrote it: a restarted
                 # container's process often gets the same pid as the one that died.
@@ -294,19 +303,26 @@ class RunLock:
                     continue  # released meanwhile
                 reason = self._stale_reason(owner)
                 if reason is None:
-                    raise RunLockError(
-                        f"{os.path.dirname(self.path)} is in use by another run (pid "
-                        f"{owner.get('pid')} on host {owner.get('host')}, lock file {self.path}). "
-                        "Wait for it to finish or stop it; if it is dead, delete the lock file."
-                    ) from None
+                    raise self._in_use(owner)
                 log.warning("taking over stale lock %s: %s", self.path, reason)
                 with contextlib.suppress(FileNotFoundError):
                     fs.remove(self.path)
                 continue
             self.held = True
+            _HELD_HERE.add(self.path)
             self._refreshed = time.time()
             return self
         raise RunLockError(f"could not acquire lock {self.path} (contended)")
+
+    def _in_use(self, owner: dict) -> RunLockError:
+        if owner.get("pid") == os.getpid() and self.path in _HELD_HERE:
+            return RunLockError(
+                f"{self.guards} is already in use by this run (lock file {self.path}): two of "
+                "its outputs are one place under two names; give each its own place")
+        return RunLockError(
+            f"{self.guards} is in use by another run (pid {owner.get('pid')} on host "
+            f"{owner.get('host')}, lock file {self.path}). Wait for it to finish or stop it; if "
+            "it is dead, delete the lock file.")
 
     def _create(self, payload: dict) -> bool:
         """Writes the lock if there is none; False if one exists."""
@@ -379,6 +395,7 @@ class RunLock:
             with contextlib.suppress(FileNotFoundError):
                 fs.remove(self.path)
         self.held = False
+        _HELD_HERE.discard(self.path)
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
@@ -420,7 +437,7 @@ def run_graphs_as_traced() -> None:
 
     The rewrites cost ELECTRA-Small's first pre-training step about 4 s (15 -> 11 s) and its
     first fine-tuning step about 1.6 s, and made no later step faster beyond noise (float32 and
-    bfloat16; BENCHMARKS.md, "Pre-training overheads" and "Fine-tuning end to end")."""
+    bfloat16; BENCHMARKS.md, "Pre-training overheads" and "Padding removed and length buckets")."""
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     _instantiate_without_constant_folding()
 
