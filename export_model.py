@@ -28,11 +28,13 @@ official code and of this one), model.safetensors (HF names, linear weights [out
 tokenizer_config.json and special_tokens_map.json (ElectraTokenizer, WordPiece: a SentencePiece
 model is refused, or exported without tokenizer files with --no-tokenizer). How each variable maps, and how the official
 one-layer classifier head maps onto ElectraClassificationHead: model/hf_conversion.py.
-Outputs are written to a temporary directory next to --output and renamed into place. On the
-local disk (a path or a file:// URL) that is one rename: a killed export leaves the old output or
-the new one, and a `.<name>.tmp-*` directory to delete. On gs://, s3://, hdfs:// the old output
-is deleted and the files are moved in one by one: a kill then leaves a partial output; re-run
-with --overwrite and delete the `.<name>.tmp-*` directory beside it.
+Outputs are written to a temporary directory next to --output (where it really is, if it is a
+symlink) and put in its place, under a lock that refuses a second export to the same place. On
+the local disk (a path or a file:// URL) --output is the old export or the new one at every
+instant (on Linux the two are exchanged in one step); what a killed export leaves beside it is
+put right by the next export there. On gs://, s3://, hdfs:// the old output is deleted and the
+files are moved in one by one: a kill then leaves a partial output; re-run with --overwrite and
+delete the `.<name>.tmp-*` directory beside it.
 """
 import argparse
 import contextlib
@@ -51,7 +53,7 @@ import numpy as np
 from model import hf_conversion as hf
 from model import model_dir as model_dir_lib
 from model import tokenization
-from util import checkpoint, file_modes, fs, io_utils
+from util import checkpoint, file_modes, fs, io_utils, place_locks
 
 log = logging.getLogger("export_model")
 
@@ -86,33 +88,32 @@ def check_output_apart(output: str, dirs: dict[str, str | None],
 
 @contextlib.contextmanager
 def atomic_output_dir(path: str, overwrite: bool = False):
-    """Yields a temporary directory beside `path`, moved to `path` when the block succeeds.
+    """Yields a temporary directory beside `path`, put in place of `path` when the block
+    succeeds (io_utils.replace_dir: on the local disk `path` is the old export or the new one
+    at every instant; on gs://, s3://, hdfs://, ram:// file by file, best effort).
 
-    On the local disk (a local path or a file:// URL, which is taken as the local path it names)
-    the move is one rename: `path` is the old export or the new one, never a mix; a command
-    killed before it leaves `path` as it was and a `.<name>.tmp-*` directory beside it (delete
-    it). Other stores (gs://, s3://, hdfs://, ram://) have no directory rename here: the old
-    export is deleted, then the files are moved in one by one (each appears whole). A command
-    killed then leaves `path` partial or missing, the rest of the new export in a
-    `.<name>.tmp-*` directory beside it: re-run the same command with --overwrite, then delete
-    that directory.
+    `path` is taken where it really is (a symlink's target), and locked there for the whole
+    command: a second export to it, under any spelling, is refused. What a command killed
+    while replacing it left beside it is put right first (io_utils.recover_dir).
     """
-    target = fs.local_path(path)
-    target = fs.abspath(target) if target is not None else path.rstrip("/")
-    if fs.exists(target) and not fs.isdir(target):
-        raise ValueError(f"output {path} is an existing file, not a directory; an export is a "
-                         "directory: choose another --output")
-    if fs.exists(target) and not overwrite:
-        raise ValueError(f"output {path} already exists; pass --overwrite to replace it")
-    parent = os.path.dirname(target)
-    fs.makedirs(parent)
-    tmp = _make_temp_dir(parent, f".{os.path.basename(target)}.tmp-")
-    try:
-        yield tmp
-    except BaseException:
-        fs.rmtree(tmp)
-        raise
-    _replace_dir(tmp, target)
+    target = fs.place(path)
+    with place_locks.holding([place_locks.Place("--output", path, False)]):
+        for line in io_utils.recover_dir(target):
+            log.warning("%s", line)
+        if fs.exists(target) and not fs.isdir(target):
+            raise ValueError(f"output {path} is an existing file, not a directory; an export is "
+                             "a directory: choose another --output")
+        if fs.exists(target) and not overwrite:
+            raise ValueError(f"output {path} already exists; pass --overwrite to replace it")
+        parent = os.path.dirname(target)
+        fs.makedirs(parent)
+        tmp = _make_temp_dir(parent, io_utils.temp_dir_prefix(target))
+        try:
+            yield tmp
+        except BaseException:
+            fs.rmtree(tmp)
+            raise
+        io_utils.replace_dir(tmp, target)
 
 
 def _make_temp_dir(parent: str, prefix: str) -> str:
@@ -123,27 +124,6 @@ def _make_temp_dir(parent: str, prefix: str) -> str:
     tmp = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
     fs.makedirs(tmp)
     return tmp
-
-
-def _replace_dir(tmp: str, path: str) -> None:
-    """Puts directory `tmp` in place of `path` (see atomic_output_dir for the promise)."""
-    if fs.is_url(path):
-        fs.rmtree(path)
-        for root, _, names in fs.walk(tmp):
-            target_dir = os.path.join(path, fs.relpath(root, tmp)) if root.rstrip("/") != \
-                tmp.rstrip("/") else path
-            fs.makedirs(target_dir)
-            for name in names:
-                fs.replace(os.path.join(root, name), os.path.join(target_dir, name))
-        fs.rmtree(tmp)
-    elif fs.exists(path):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-",
-                               dir=os.path.dirname(path))
-        fs.replace(path, os.path.join(old, "x"))
-        fs.replace(tmp, path)
-        fs.rmtree(old)
-    else:
-        fs.replace(tmp, path)
 
 
 def _check_output_apart_from_model(output: str, md: model_dir_lib.ModelDir) -> None:
@@ -257,7 +237,7 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
     if tokenizer:
         check_tokenizer_exportable(md.vocab_file)
     kind = kind or ("classifier" if md.kind == "finetuned" else "discriminator")
-    tensors = checkpoint.read_all(md.checkpoint)
+    tensors = md.read_checkpoint(checkpoint.read_all)
     metadata = {"format": "pt"}  # transformers refuses safetensors files without it
     labels = score_range = None
     config = md.bert_config
@@ -508,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import-generator", help="with --import-dir: the matching "
                                                    "ElectraForMaskedLM directory")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing --output (in one rename on the local disk; "
+                        help="replace an existing --output (atomically on the local disk; "
                              "file by file on gs://, s3://, hdfs://: see above)")
     parser.add_argument("--no-tokenizer", action="store_true",
                         help="Hugging Face export: weights and config.json only, no tokenizer "
@@ -539,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.model not in (None, "classifier"):
                 raise ValueError("--format saved_model exports fine-tuned models only")
             export_saved_model(md, args.output, args.overwrite)
-    except (ValueError, OSError) as e:  # OSError: disk full, read-only output
+    except (ValueError, OSError, place_locks.RunLockError) as e:  # OSError: disk full, read-only
         log.error("%s", e)
         return 2
     return 0

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import configure_finetuning
+from finetune import outputs
 from finetune import preprocessing
 from finetune import task as task_lib
 from finetune import task_builder
@@ -36,6 +37,7 @@ from util import distribution
 from util import fs
 from util import io_utils
 from util import out_of_memory
+from util import place_locks
 from util import preemption
 from util import record_check
 from util import resume
@@ -246,9 +248,8 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     check_outputs_apart(config, data_files)
     preprocessor = preprocessing.Preprocessor(config, tasks)
     keys = trial_keys(config, tasks, preprocessor)
-    lock_dir, lock_name = os.path.split(fs.abspath(config.model_dir).rstrip("/"))
     summary = None
-    with training_utils.RunLock(lock_dir, filename=f".{lock_name}.lock"):
+    with place_locks.holding(outputs.places(config, tasks)):
         records, models = [], trial_model.Cache()
         for trial in range(1, config.num_trials + 1):
             if preemption.requested():

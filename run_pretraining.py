@@ -30,7 +30,8 @@ from configure_pretraining import PretrainingConfig
 from model import model_dir as model_dir_lib
 from pretrain import evaluation, input_pipeline, loop, run_setup
 from pretrain.trainer import Trainer
-from util import checkpoint, distribution, out_of_memory, preemption, record_check, workers
+from util import checkpoint, distribution, out_of_memory, place_locks, preemption, record_check
+from util import workers
 from util import training_utils as tu
 from util.hparams import HParamError
 
@@ -77,7 +78,8 @@ def train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy | 
 def _train_or_eval(config: PretrainingConfig, strategy: tf.distribute.Strategy) -> dict | None:
     chief = distribution.is_chief(strategy)
     special_ids, files = run_setup.check_run(config, chief)
-    with (tu.RunLock(config.model_dir) if chief and config.do_train
+    # Evaluating writes results into the model dir too: every chief run locks what it writes.
+    with (place_locks.holding(run_setup.output_places(config)) if chief
           else contextlib.nullcontext()) as lock:
         trainer = Trainer(config, special_ids, strategy)
         _log_config(config, trainer)

@@ -57,7 +57,7 @@ def build_scorer(md: model_dir_lib.ModelDir, need_generator: bool) -> scoring.Re
     from model import embedding_sharing
     from util import checkpoint
 
-    names = set(checkpoint.load(md.checkpoint).get_variable_to_shape_map())
+    names = set(md.read_checkpoint(lambda p: checkpoint.load(p).get_variable_to_shape_map()))
     if "discriminator_predictions/dense_1/kernel" not in names:
         raise ValueError(f"{md.checkpoint} has no discriminator head (discriminator_predictions/); "
                          "score_text needs a pre-trained ELECTRA discriminator")
@@ -73,7 +73,7 @@ def build_scorer(md: model_dir_lib.ModelDir, need_generator: bool) -> scoring.Re
     scorer = scoring.ReplacedTokenScorer(md.bert_config, gen_config, gen_scope or "generator",
                                          gen_emb or "electra",
                                          gdes=embedding_sharing.DELTA in names)
-    scorer.restore(md.checkpoint)
+    md.read_checkpoint(scorer.restore)
     return scorer
 
 

@@ -71,7 +71,8 @@ def load_finetuned(md: model_dir_lib.ModelDir, remove_padding: bool | None = Non
     tasks = task_builder.get_tasks(config, tokenizer)
     model = finetuning_model.FinetuningModel(config, tasks, bert_config=md.bert_config,
                                              remove_padding=remove_padding)
-    report = checkpoint.restore(checkpoint.by_name(model.variables), md.checkpoint)
+    variables = checkpoint.by_name(model.variables)
+    report = md.read_checkpoint(lambda prefix: checkpoint.restore(variables, prefix))
     log.info("restored %d variables from %s (%d others, e.g. optimizer slots, ignored)",
              len(report.restored), report.path, len(report.unused))
     return config, tasks, model

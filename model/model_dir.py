@@ -13,6 +13,7 @@ Three layouts are understood:
 import dataclasses
 import os
 import re
+from typing import Callable, TypeVar
 
 from model import modeling, tokenization
 from util import checkpoint, fs, io_utils
@@ -22,6 +23,8 @@ GENERATOR_CONFIG_FILE = "generator_config.json"
 PRETRAIN_CONFIG_FILE = "pretrain_config.json"
 FINETUNE_CONFIG_FILE = "finetune_config.json"
 VOCAB_FILE = "vocab.txt"
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -35,6 +38,16 @@ class ModelDir:
     do_lower_case: bool
     settings: dict  # pretrain_config.json, or the fine-tuning "training_settings"
     notes: list  # what was inferred rather than read
+    # The directory `checkpoint` was chosen from as its newest (None: the user named it).
+    checkpoint_dir: str | None = None
+
+    def read_checkpoint(self, read: Callable[[str], T]) -> T:
+        """read(prefix) of the model's checkpoint. If a run training in `checkpoint_dir` pruned
+        it meanwhile (keep_checkpoint_max), the then-newest one is read, and `checkpoint`
+        names it from then on."""
+        self.checkpoint, result = checkpoint.read_newest(self.checkpoint, self.checkpoint_dir,
+                                                         read)
+        return result
 
 
 def infer_config(shapes: dict[str, list[int]], scope: str = "electra",
@@ -61,8 +74,11 @@ def infer_config(shapes: dict[str, list[int]], scope: str = "electra",
         type_vocab_size=shapes[f"{emb_scope}/embeddings/token_type_embeddings"][0])
 
 
-def checkpoint_shapes(prefix: str) -> dict[str, list[int]]:
-    shapes = checkpoint.load(prefix).get_variable_to_shape_map()
+def checkpoint_shapes(prefix: str, directory: str | None = None) -> dict[str, list[int]]:
+    """name -> shape of checkpoint `prefix` (of the then-newest one if a save in `directory`
+    pruned it meanwhile: checkpoint.read_newest)."""
+    _, shapes = checkpoint.read_newest(
+        prefix, directory, lambda p: checkpoint.load(p).get_variable_to_shape_map())
     return {n: list(shapes[n]) for n in sorted(shapes)}
 
 
@@ -85,8 +101,10 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
                         "--vocab-file": vocab_file})
     if not fs.isdir(path):
         raise ValueError(f"model dir {path} does not exist")
+    source = checkpoint_path or path
+    checkpoint_dir = source if fs.isdir(source) else None
     try:
-        prefix = checkpoint.resolve(checkpoint_path or path)
+        prefix = checkpoint.resolve(source)
     except FileNotFoundError as e:
         raise ValueError(f"{e} (pass --checkpoint to pick one)") from None
     notes: list[str] = []
@@ -110,7 +128,7 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
         if fs.isfile(bert_file):
             bert_config = modeling.BertConfig.from_json_file(bert_file)
         else:
-            shapes = checkpoint_shapes(prefix)
+            shapes = checkpoint_shapes(prefix, checkpoint_dir)
             bert_config = infer_config(shapes)
             notes.append(f"no {BERT_CONFIG_FILE}: architecture read off the checkpoint shapes "
                          f"({bert_config.num_hidden_layers} layers, hidden "
@@ -119,7 +137,7 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
         if fs.isfile(gen_file):
             generator_config = modeling.BertConfig.from_json_file(gen_file)
         else:
-            shapes = shapes or checkpoint_shapes(prefix)
+            shapes = shapes or checkpoint_shapes(prefix, checkpoint_dir)
             if any(n.startswith("generator/encoder/") for n in shapes):
                 emb = ("generator" if "generator/embeddings/word_embeddings" in shapes
                        else "electra")
@@ -137,4 +155,4 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
             raise ValueError(f"vocabulary {vocab} has {size} tokens but the model in {path} has "
                              f"vocab_size {bert_config.vocab_size}: not this model's vocabulary")
     return ModelDir(path, kind, bert_config, generator_config, prefix, vocab, do_lower_case,
-                    settings, notes)
+                    settings, notes, checkpoint_dir)

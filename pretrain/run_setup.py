@@ -26,14 +26,15 @@ from pretrain.trainer import Trainer
 from util import checkpoint, fs, io_utils, record_check, resume, tf_data
 from util import training_utils as tu
 from util.hparams import HParamError
+from util.place_locks import Place
 
 log = logging.getLogger(__name__)
 
 # Hparams whose change makes existing checkpoints a different model: resuming is refused.
 ARCHITECTURE_KEYS = ("model_size", "model_hparam_overrides", "embedding_size", "vocab_size",
                      "debug", "electra_objective", "uniform_generator", "untied_generator",
-                     "untied_generator_embeddings", "embedding_sharing", "generator_hidden_size",
-                     "generator_layers", "two_tower_generator",
+                     "untied_generator_embeddings", "generator_hidden_size", "generator_layers",
+                     "two_tower_generator",
                      # the objectives of configure_pretraining (pretrain/objectives/)
                      "replace_mlm", "all_tokens_mlm", "unigram_generator",
                      "adversarial_generator", "freeze_generator", "electric_objective")
@@ -67,6 +68,17 @@ def check_run(config: PretrainingConfig, chief: bool
         if not ok:
             raise ValueError(f"cannot write to model dir {config.model_dir}: {reason}")
     return special_ids, files
+
+
+def output_places(config: PretrainingConfig) -> list[Place]:
+    """Every place a pre-training run writes, for its locks: the model dir, and the results
+    files and eval history wherever hparams put them (outside the model dir, they need their
+    own locks)."""
+    history = os.path.join(os.path.dirname(config.results_json), evaluation.HISTORY_FILE)
+    return [Place("model dir", config.model_dir, True),
+            Place("hparam 'results_json'", config.results_json, False),
+            Place("hparam 'results_txt'", config.results_txt, False),
+            Place("eval history", history, False)]
 
 
 def _refuse_missing_vocab(config: PretrainingConfig) -> None:
@@ -293,7 +305,8 @@ def restore_or_init(config: PretrainingConfig, trainer: Trainer,
             changed = check_resume_compatible(config, saved_config)
             if changed:
                 log.warning("resuming with changed hparams: %s", "; ".join(changed))
-        trainer.restore(latest)
+        # An eval-only run may read a model another run trains: pruned meanwhile, the newest.
+        latest, _ = checkpoint.read_newest(latest, config.model_dir, trainer.restore)
         if config.init_checkpoint:
             log.info("model dir has checkpoints: init_checkpoint %s is ignored",
                      config.init_checkpoint)

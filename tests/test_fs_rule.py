@@ -52,8 +52,6 @@ ALLOWED = {
         "removes the SentencePiece trainer's local temporary directory",
     ("export_model.py", "_make_temp_dir", "tempfile.mkdtemp"):
         "local branch: a private temporary directory (a URL takes the gfile branch)",
-    ("export_model.py", "_replace_dir", "tempfile.mkdtemp"):
-        "local branch of the directory swap (a URL takes the gfile branch)",
     ("demo.py", "*", "*"):
         "the demo's own work directory, on the local disk by design (it prints host details "
         "and runs the commands as subprocesses on files it generates)",

@@ -40,7 +40,8 @@ def build_encoder(md, seed: int, restore: bool):
 
     encoder = modeling.BertModel(md.bert_config, "electra", seed=seed)
     if restore:  # a GDES checkpoint: the discriminator's table is E_G + E_delta
-        embedding_sharing.restore(checkpoint.by_name(encoder.variables), md.checkpoint)
+        variables = checkpoint.by_name(encoder.variables)
+        md.read_checkpoint(lambda prefix: embedding_sharing.restore(variables, prefix))
     return encoder
 
 

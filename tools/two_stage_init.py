@@ -32,7 +32,9 @@ def make_two_stage_init(stage1_checkpoint: str, output_prefix: str) -> list[str]
     if fs.same_place(output_prefix, source):
         raise ValueError(f"output_prefix {output_prefix} is the stage-1 checkpoint {source}: "
                          "writing it would replace the input; choose another prefix")
-    values = checkpoint.read_all(source)
+    # Stage 1 may still be training: a save may prune `source` before it is read.
+    directory = stage1_checkpoint if fs.isdir(stage1_checkpoint) else None
+    source, values = checkpoint.read_newest(source, directory, checkpoint.read_all)
     out = {}
     for name, value in values.items():
         if name.startswith(("electra/", "generator_predictions/")):

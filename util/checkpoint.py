@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import re
-from typing import Iterable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +26,10 @@ from util import fs, io_utils
 log = logging.getLogger(__name__)
 
 STATE_FILE = "checkpoint"
+# Reads of a directory's newest checkpoint retried after a save pruned the one chosen.
+_READ_ATTEMPTS = 5
+
+T = TypeVar("T")
 
 
 class CheckpointWriteError(OSError):
@@ -85,9 +89,46 @@ def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> 
 
 
 def read_all(path: str) -> dict[str, np.ndarray]:
-    """Every tensor of a checkpoint (prefix or directory), as numpy arrays."""
-    reader = load(resolve(path))
+    """Every tensor of a checkpoint (prefix, or a directory's newest), as numpy arrays."""
+    return _read_path(path, _tensors_of)[1]
+
+
+def _tensors_of(prefix: str) -> dict[str, np.ndarray]:
+    reader = load(prefix)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def _read_path(path: str, read: Callable[[str], T]) -> tuple[str, T]:
+    """read_newest for a prefix or a directory (its newest readable checkpoint)."""
+    directory = path if fs.isdir(path) else None
+    return read_newest(resolve(path), directory, read)
+
+
+def read_newest(prefix: str, directory: str | None, read: Callable[[str], T]) -> tuple[str, T]:
+    """(the prefix read, read(prefix)).
+
+    `prefix` was chosen as the newest checkpoint of `directory` (None: the user named it). A
+    run training there prunes its oldest checkpoints at each save (keep_checkpoint_max), which
+    can remove the chosen one between choosing and reading, from a reader started a while
+    ago: then the then-newest one is read. Checkpoints are immutable once written, so each
+    read is of one complete checkpoint. A named checkpoint that vanishes is an error saying so.
+    """
+    for _ in range(_READ_ATTEMPTS):
+        try:
+            return prefix, read(prefix)
+        except (FileNotFoundError, tf.errors.OpError):
+            if fs.exists(prefix + ".index"):
+                raise  # still there: not pruned, a real error
+            if directory is None:
+                raise FileNotFoundError(
+                    f"checkpoint {prefix} was deleted while it was being read (a run training "
+                    "in its directory prunes old checkpoints, keep_checkpoint_max); pass a "
+                    "newer checkpoint, or the directory for its newest") from None
+        log.info("checkpoint %s was pruned by a save in %s while being read; reading the "
+                 "newest one", prefix, directory)
+        prefix = resolve(directory)
+    raise FileNotFoundError(f"{directory}: its newest checkpoint was pruned {_READ_ATTEMPTS} "
+                            "times while being read (saves faster than a read?); try again")
 
 
 def load(prefix: str):
@@ -152,20 +193,38 @@ def latest_valid(directory: str, strict: bool = False) -> str | None:
     from step 0 and later prune them).
     """
     check_path(directory, "checkpoint directory")
-    reasons = []
-    for prefix in _candidates(directory):
-        ok, reason = is_readable(prefix)
-        if ok:
-            return prefix
-        reasons.append(f"{os.path.basename(prefix)}: {reason}")
-        log.warning("checkpoint %s is unreadable (%s); falling back to an older one", prefix,
-                    reason)
+    for _ in range(_READ_ATTEMPTS):
+        prefix, reasons, pruned = _newest_readable(directory)
+        if not pruned:
+            break
+        # A save there pruned the one being checked: its newer ones are listed afresh rather
+        # than falling back to older ones, which that save pruned first.
+        log.info("checkpoint %s was pruned while being checked; listing %s again", pruned,
+                 directory)
+    if prefix is not None:
+        return prefix
     if strict and reasons:
         raise UnreadableCheckpointsError(
             f"{directory} holds {len(reasons)} checkpoint(s) but none reads back ("
             + "; ".join(reasons[:3]) + "). Refusing to start again from step 0: move them "
             "away (or use another model dir) to start afresh")
     return None
+
+
+def _newest_readable(directory: str) -> tuple[str | None, list[str], str | None]:
+    """(newest readable checkpoint, why newer ones are unreadable, a candidate pruned while
+    being checked: then the listing is stale)."""
+    reasons = []
+    for prefix in _candidates(directory):
+        ok, reason = is_readable(prefix)
+        if ok:
+            return prefix, reasons, None
+        if not fs.exists(prefix + ".index"):
+            return None, reasons, prefix
+        reasons.append(f"{os.path.basename(prefix)}: {reason}")
+        log.warning("checkpoint %s is unreadable (%s); falling back to an older one", prefix,
+                    reason)
+    return None, reasons, None
 
 
 def _step_of(prefix: str) -> int:
@@ -200,7 +259,11 @@ def restore(variables: Mapping[str, tf.Variable], path: str,
     A shape mismatch is an error naming the variable and both shapes; missing names are an error
     listing them unless `allow_missing`.
     """
-    prefix = resolve(path)
+    return _read_path(path, lambda prefix: _restore_from(variables, prefix, allow_missing))[1]
+
+
+def _restore_from(variables: Mapping[str, tf.Variable], prefix: str,
+                  allow_missing: bool) -> RestoreReport:
     reader = load(prefix)
     shapes = reader.get_variable_to_shape_map()
     missing = sorted(n for n in variables if n not in shapes)

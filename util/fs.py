@@ -19,10 +19,13 @@ Only os.path's pure string functions (join, dirname, basename, split, splitext, 
 expanduser) are safe on URLs; anything that touches the disk or the working directory must come
 from here (tests/test_fs_rule.py checks it).
 """
+import ctypes
+import errno
 import io
 import os
 import posixpath
 import shutil
+import sys
 from typing import IO, Any, Iterator
 
 
@@ -183,6 +186,16 @@ def remove(path: str) -> None:
         raise FileNotFoundError(f"No such file: {path}") from None
 
 
+def remove_if_empty(path: str) -> None:
+    """Deletes a local directory if it holds nothing (a URL: left as it is; object stores keep
+    no empty directories)."""
+    if not is_url(path) and os.path.isdir(path) and not os.listdir(path):
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass  # filled meanwhile, or not ours to delete: it stays
+
+
 def rmtree(path: str) -> None:
     """Deletes a directory tree, ignoring what is already gone."""
     if not is_url(path):
@@ -205,6 +218,40 @@ def replace(src: str, dst: str) -> None:
         _gfile.rename(src, dst, overwrite=True)
     except tf.errors.OpError as e:
         raise OSError(f"cannot rename {src} to {dst}: {e.message}") from None
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+# errnos saying "no atomic exchange here" (old kernel, filesystem without it, not Linux).
+_NO_EXCHANGE = {errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP}
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swaps two existing local paths in one atomic step (Linux renameat2 RENAME_EXCHANGE):
+    afterwards each names what the other did, and at no instant is either missing. Returns
+    False where the system or the filesystem has no such call (the caller falls back); other
+    failures raise OSError naming both paths."""
+    renameat2 = _libc_renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _NO_EXCHANGE:
+        return False
+    raise OSError(err, f"cannot exchange {a} and {b}: {os.strerror(err)}")
+
+
+def _libc_renameat2():
+    """glibc's renameat2 (2.28+), else None (another libc, another system)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                             ctypes.c_uint]
+        function.restype = ctypes.c_int
+    return function
 
 
 def copy(src: str, dst: str) -> None:

@@ -153,3 +153,81 @@ def copy_file(src: str, dst: str) -> None:
     with fs.open(src, "rb") as source, atomic_open(dst, "wb") as target:
         for block in iter(lambda: source.read(1 << 20), b""):
             target.write(block)
+
+
+# -- whole directories ------------------------------------------------------------------------
+
+
+def temp_dir_prefix(target: str) -> str:
+    """The name prefix of the temporary directory a new `target` is built in, beside it
+    (recover_dir finds what a killed command left by it)."""
+    return f".{os.path.basename(target.rstrip('/'))}.tmp-"
+
+
+def replace_dir(new: str, target: str) -> None:
+    """Puts directory `new` (built beside `target`, named temp_dir_prefix(target) + ...) in
+    place of `target`.
+
+    Local disk (a path or a file:// URL): `target` is the old directory or the new one at every
+    instant. On Linux the two are exchanged in one step (renameat2), then the old one, now under
+    the temporary name, is deleted. Where there is no such call, the old one is renamed to a
+    hidden `.<name>.old-*` first and the new one renamed in: a kill between the two leaves no
+    `target`, and recover_dir, at the next run, puts the old one back.
+
+    Object stores (gs://, s3://) and other URLs have no directory rename: the old directory is
+    deleted, then the files are moved in one by one (each appears whole), best effort: a kill
+    meanwhile leaves `target` partial or missing until the command is run again.
+    """
+    local_new, local_target = fs.local_path(new), fs.local_path(target)
+    if local_new is None or local_target is None:
+        _replace_dir_file_by_file(new, target)
+    elif not fs.exists(local_target):
+        fs.replace(local_new, local_target)
+    elif fs.exchange(local_new, local_target):
+        fs.rmtree(local_new)  # the old directory now
+    else:
+        old = _hidden_sibling(local_target, "old")
+        fs.replace(local_target, old)
+        fs.replace(local_new, local_target)
+        fs.rmtree(old)
+
+
+def _hidden_sibling(target: str, tag: str) -> str:
+    name = os.path.basename(target.rstrip("/"))
+    return os.path.join(os.path.dirname(target), f".{name}.{tag}-{uuid.uuid4().hex[:8]}")
+
+
+def _replace_dir_file_by_file(new: str, target: str) -> None:
+    fs.rmtree(target)
+    for root, _, names in fs.walk(new):
+        inner = fs.relpath(root, new) if root.rstrip("/") != new.rstrip("/") else ""
+        target_dir = os.path.join(target, inner) if inner else target
+        fs.makedirs(target_dir)
+        for name in names:
+            fs.replace(os.path.join(root, name), os.path.join(target_dir, name))
+    fs.rmtree(new)
+
+
+def recover_dir(target: str) -> list[str]:
+    """Finishes what a killed replace_dir of local `target` left beside it: the old directory
+    put back if `target` is missing (`.<name>.old-*`), and the hidden temporaries deleted (a new
+    directory never put in place, or an old one exchanged out: `target` is whole either way).
+    Call it holding the lock on `target`, so that no live command owns them. Returns a line per
+    action, for the log."""
+    local = fs.local_path(target)
+    if local is None:
+        return []  # URLs: nothing is renamed aside there (see replace_dir)
+    name = os.path.basename(local.rstrip("/"))
+    pattern = os.path.join(fs.escape(os.path.dirname(local)), f".{fs.escape(name)}.")
+    done = []
+    for old in sorted(fs.glob(pattern + "old-*")):
+        if not fs.exists(local):
+            fs.replace(old, local)
+            done.append(f"put back {local}, left aside by a command killed while replacing it")
+        else:
+            fs.rmtree(old)
+            done.append(f"deleted {old}, the replaced copy of {local}")
+    for tmp in fs.glob(pattern + "tmp-*"):
+        fs.rmtree(tmp)
+        done.append(f"deleted {tmp}, left by a command killed while writing {local}")
+    return done
