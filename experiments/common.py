@@ -40,6 +40,16 @@ PRETRAIN_BASE = {
     "iterations_per_loop": 100, "do_eval": True, "num_eval_steps": 4, "eval_batch_size": 64,
     "generator_hidden_size": 0.25,
 }
+# Pre-training arms, as hparams over a recipe: the paper's ELECTRA (embedding sharing, ES), BERT
+# (masked LM only), gradient-disentangled embedding sharing (DeBERTa-v3), and the remedy for a
+# generator too strong for its discriminator that EXPERIMENTS.md section 5 found best (sampling
+# temperature 2). Names without "_": model names are <arm>_<size>_b<budget>_s<seed>.
+ARMS = {
+    "electra": {},
+    "bert": {"electra_objective": False},
+    "gdes": {"embedding_sharing": "gdes"},
+    "temp2": {"temperature": 2.0},
+}
 # Fine-tuning: subsets so that one model's 2 tasks x 3 seeds take ~2 minutes.
 FINETUNE_BASE = {
     "vocab_size": VOCAB_SIZE, "do_lower_case": False, "max_seq_length": SEQ,

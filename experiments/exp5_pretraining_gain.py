@@ -13,6 +13,14 @@ resumes from its checkpoints, so the script can be stopped and restarted at any 
 
 `pretrain` runs the models in the order that gives a usable comparison soonest (largest budget,
 seed 0 of both methods first). Never run inside CI.
+
+Further arms (`--arms`, experiments/common.py ARMS) beside ES and BERT: `gdes`
+(gradient-disentangled embedding sharing) and `temp2` (sampling temperature 2, section 5's best
+remedy for a generator too strong for its discriminator), each at the largest budget with every
+pre-training seed and ELECTRA's FLOPs, compared with ELECTRA in the report. Pass the same
+`--arms` to every stage:
+
+    python experiments/exp5_pretraining_gain.py pretrain --arms gdes temp2
 """
 import argparse
 import json
@@ -80,8 +88,7 @@ def spm_model(work: str) -> str:
 def hparams(work: str, method: str, steps: int, seed: int, size: str = SIZE) -> dict:
     h = dict(PRETRAIN_BASE, **SIZES[size], vocab_file=spm_model(work), seed=seed,
              num_train_steps=steps, num_warmup_steps=max(10, steps // 10))
-    if method == "bert":
-        h["electra_objective"] = False
+    h.update(common.ARMS[method])
     return h
 
 
@@ -91,13 +98,15 @@ def step_flops(work: str, method: str, size: str = SIZE) -> int:
     return pretrain_step_flops(config)["total"]
 
 
-def plan(work: str) -> list[dict]:
-    """Every pre-training run of the study, in the order they are run."""
-    electra, bert = step_flops(work, "electra"), step_flops(work, "bert")
+def plan(work: str, arms: tuple = ()) -> list[dict]:
+    """Every pre-training run of the study, in the order they are run: ELECTRA and BERT, then
+    each of `arms` (common.ARMS) at the largest budget with every seed."""
+    flops = {method: step_flops(work, method) for method in ("electra", "bert", *arms)}
+    electra = flops["electra"]
     runs = []
 
     def add(method, electra_steps, seed, size=SIZE):
-        per_step = electra if method == "electra" else bert
+        per_step = flops[method]
         if size != SIZE:
             per_step = step_flops(work, method, size)
         budget = electra_steps * electra  # FLOPs of ELECTRA at this budget, main size
@@ -117,7 +126,20 @@ def plan(work: str) -> list[dict]:
     for seed in SEEDS[1:]:
         add("electra", largest, seed)
         add("bert", largest, seed)
+    for arm in arms:
+        for seed in SEEDS:
+            add(arm, largest, seed)
     return runs
+
+
+LABELS = {"electra": "ELECTRA", "bert": "BERT", "gdes": "ELECTRA + GDES",
+          "temp2": "ELECTRA, temperature 2", "random": "random"}
+COLORS = {"electra": "tab:blue", "bert": "tab:orange", "gdes": "tab:green", "temp2": "tab:red"}
+
+
+def reference_name(method: str) -> str:
+    """The model of `method` the fine-tuning grid runs on: the largest budget, seed 0."""
+    return random_name(0) if method == "random" else f"{method}_{SIZE}_b{ELECTRA_STEPS[-1]}_s0"
 
 
 def model_dir(work: str, name: str) -> str:
@@ -324,8 +346,8 @@ def collect(work: str, runs: list[dict]) -> list[dict]:
 
 
 def verdicts(rows: list[dict], measures: list[str]) -> dict:
-    """Per measure, at the largest budget: pre-trained vs random and ELECTRA vs BERT, decided
-    only when the seed ranges do not overlap."""
+    """Per measure, at the largest budget: pre-trained vs random, ELECTRA vs BERT and each
+    further arm vs ELECTRA, decided only when the seed ranges do not overlap."""
     largest = ELECTRA_STEPS[-1]
 
     def values(method, budget, measure):
@@ -348,6 +370,7 @@ def verdicts(rows: list[dict], measures: list[str]) -> dict:
             return f"{name_b} better: every seed above every {name_a} seed"
         return "within the seed spread"
 
+    arms = sorted({r["method"] for r in rows} - {"electra", "bert", "random"})
     out = {}
     for m in measures:
         electra, bert = values("electra", largest, m), values("bert", largest, m)
@@ -355,7 +378,19 @@ def verdicts(rows: list[dict], measures: list[str]) -> dict:
         out[m] = {"electra_vs_random": compare(electra, floor, "ELECTRA", "random init"),
                   "bert_vs_random": compare(bert, floor, "BERT", "random init"),
                   "electra_vs_bert": compare(electra, bert, "ELECTRA", "BERT")}
+        for arm in arms:  # each further arm against the paper's ELECTRA
+            out[m][f"{arm}_vs_electra"] = compare(values(arm, largest, m), electra,
+                                                  LABELS[arm], "ELECTRA")
     return out
+
+
+def verdict_line(measure: str, judged: dict) -> str:
+    """One report line: every comparison of `verdicts` for `measure` ("a_vs_b" keys)."""
+    parts = []
+    for key, verdict in judged.items():
+        a, b = key.split("_vs_")
+        parts.append(f"{LABELS[a]} vs {LABELS[b]}: {verdict}")
+    return f"- **{measure}**: " + "; ".join(parts)
 
 
 def plot(rows: list[dict], measures: list[str], path: str) -> None:
@@ -373,7 +408,7 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
             ax.axhspan(min(floor), max(floor), color="grey", alpha=0.25, lw=0)
             ax.axhline(statistics.mean(floor), color="grey", ls="--", lw=1,
                        label=f"random init ({len(floor)} seeds)")
-        for method, color in (("electra", "tab:blue"), ("bert", "tab:orange")):
+        for method, color in COLORS.items():
             points = {}
             spreads = {}
             for r in rows:
@@ -386,7 +421,7 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
             budgets = sorted(points)
             xs = [statistics.mean(f for f, _ in points[b]) for b in budgets]
             ys = [statistics.mean(v for _, v in points[b]) for b in budgets]
-            ax.plot(xs, ys, "o-", color=color, label="ELECTRA" if method == "electra" else "BERT")
+            ax.plot(xs, ys, "o-", color=color, label=LABELS[method])
             for b, x in zip(budgets, xs):
                 vals = [v for _, v in points[b]]
                 if len(vals) == 1 and len(spreads[b]) > 1:
@@ -412,9 +447,6 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
 def grid_table(work: str) -> dict[str, list[str]]:
     """The fine-tuning grid: dev-split score of every (lr, decay) tried, per setting and method
     (table rows)."""
-    largest = ELECTRA_STEPS[-1]
-    reference = {"random": random_name(0), "electra": f"electra_{SIZE}_b{largest}_s0",
-                 "bert": f"bert_{SIZE}_b{largest}_s0"}
     lines = {}
     for setting in SETTINGS:
         grid_file = os.path.join(work, f"grid_{setting}.json")
@@ -422,9 +454,8 @@ def grid_table(work: str) -> dict[str, list[str]]:
             continue
         chosen = io_utils.read_json(grid_file)
         task, _, metric, _ = SETTINGS[setting]
-        for method, name in reference.items():
-            if method not in chosen:
-                continue
+        for method in chosen:
+            name = reference_name(method)
             cells = []
             points = [(r, 0.8) for r in grid_rates(setting)]
             best_rate = max(points, key=lambda p: _grid_score(work, name, setting, *p))[0]
@@ -494,9 +525,7 @@ def report(work: str, runs: list[dict], out_dir: str) -> str:
             else:
                 cells.append(f"{r['measures'][m]:.1f}" if m in r["measures"] else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    verdict_lines = [f"- **{m}**: ELECTRA vs random: {v['electra_vs_random']}; BERT vs random: "
-                     f"{v['bert_vs_random']}; ELECTRA vs BERT: {v['electra_vs_bert']}"
-                     for m, v in judged.items()]
+    verdict_lines = [verdict_line(m, v) for m, v in judged.items()]
     md = "\n".join(["# Experiment 5: what pre-training buys (whole corpus, equal FLOPs)", "",
                      "Written by `python experiments/exp5_pretraining_gain.py report`.", "",
                      *lines, "", "Verdicts at the largest budget (seed ranges):", "",
@@ -517,10 +546,14 @@ def main() -> None:
                         choices=sorted(SETTINGS), help="fine-tuning settings to run")
     parser.add_argument("--work-dir", default=os.path.join(common.REPO, "..", "electra_study_work"))
     parser.add_argument("--only", nargs="*", help="run only these model names")
+    parser.add_argument("--arms", nargs="*", default=[],
+                        choices=sorted(set(common.ARMS) - {"electra", "bert"}),
+                        help="further arms beside ELECTRA and BERT (largest budget, every seed)")
     args = parser.parse_args()
     work = os.path.abspath(args.work_dir)
     ensure_data(work)
-    runs = [r for r in plan(work) if not args.only or r["name"] in args.only]
+    runs = [r for r in plan(work, tuple(args.arms))
+            if not args.only or r["name"] in args.only]
     io_utils.write_json(os.path.join(work, "plan.json"), runs)
     if args.stage == "pretrain":
         for run in runs:
@@ -538,9 +571,8 @@ def main() -> None:
         common.log(f"wrote {report(work, runs, os.path.join(common.REPO, 'experiments', 'results'))}")
     if args.stage == "finetune":
         # The grid runs on one model per method: the largest budget, seed 0.
-        largest = ELECTRA_STEPS[-1]
-        reference = {"random": random_name(0), "electra": f"electra_{SIZE}_b{largest}_s0",
-                     "bert": f"bert_{SIZE}_b{largest}_s0"}
+        reference = {method: reference_name(method)
+                     for method in ("random", "electra", "bert", *args.arms)}
         for setting in args.settings:
             chosen = {method: best_grid_point(work, name, setting)
                       for method, name in reference.items()
