@@ -6,8 +6,8 @@ with it), plus metadata.json (vocabulary and its hash, casing, counts per shard,
 held-out "eval_files" that pre-training must not train on).
 
 Examples:
-  python build_pretraining_dataset.py --corpus-dir ../shared/data/pretrain_corpus \\
-      --vocab-file ../shared/data/vocab/bert-uncased-vocab.txt --output-dir data/pretrain_tfrecords \\
+  python build_pretraining_dataset.py --corpus-dir my_text/ \\
+      --vocab-file data/vocab.txt --output-dir data/pretrain_tfrecords \\
       --num-processes 2
   python build_pretraining_dataset.py --corpus-dir my_text/ --vocab-size 16000 \\
       --output-dir data/pretrain_tfrecords        # trains a SentencePiece vocabulary first
@@ -63,12 +63,12 @@ def _add_input_flags(parser: argparse.ArgumentParser) -> None:
         help="Directory tree of raw text: UTF-8 files with one sentence or paragraph per line and "
              "blank lines between documents; gzip/bzip2/xz-compressed files and tar archives "
              "(OpenWebText layout: one document per archive member) are read as well. Hidden "
-             "files are ignored. Example: --corpus-dir ../shared/data/pretrain_corpus")
+             "files are ignored. Example: --corpus-dir my_text/")
     vocab = parser.add_argument_group("vocabulary (give exactly one)")
     vocab.add_argument(
         "--vocab-file",
         help="WordPiece vocab.txt (one token per line; must contain [PAD] [UNK] [CLS] [SEP] "
-             "[MASK]). Example: --vocab-file ../shared/data/vocab/bert-uncased-vocab.txt")
+             "[MASK]). Example: --vocab-file data/vocab.txt")
     vocab.add_argument(
         "--spm-model",
         help="SentencePiece .model file with the pieces [PAD] [UNK] [CLS] [SEP] [MASK]. "
