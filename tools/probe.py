@@ -9,7 +9,7 @@ Linear softmax probes (model/probing.py) on frozen features: POS and chunk tags 
 CoNLL-2000 file (--conll, columns word POS chunk; the first --train-size sentences train, the last
 --test-size score), and SST-2 sentiment per sentence (--sst, a directory with train.tsv and
 dev.tsv; the first --train-size rows train, dev scores). Each on the last layer and on the mean of
-all layers. The data defaults to ../shared/data when it is there.
+all layers. The data defaults to the test data (CONTRIBUTING.md, "Test data") when it is there.
 
 The model dir is a pre-training dir (run_pretraining.py, a Hugging Face import) or a fine-tuning
 trial; its `electra/` encoder is probed with its own vocabulary and casing. Exit 2 on bad input,
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from util import console  # noqa: E402 -- first: keeps TensorFlow's start-up lines off the console
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(REPO, "..", "shared", "data")
+SHARED = os.environ.get("ELECTRA_SHARED_DATA", os.path.join(REPO, "..", "shared", "data"))
 DEFAULT_CONLL = os.path.join(SHARED, "chunk", "train.txt")
 DEFAULT_SST = os.path.join(SHARED, "glue", "SST-2")
 
@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", default=["pos", "chunk", "sst"],
                         choices=["pos", "chunk", "sst"], help="probes to run (default: all)")
     parser.add_argument("--conll", default=DEFAULT_CONLL,
-                        help="CoNLL-2000 file for pos/chunk (default: the shared train.txt)")
+                        help="CoNLL-2000 file for pos/chunk (default: the test data's chunk/train.txt)")
     parser.add_argument("--sst", default=DEFAULT_SST,
-                        help="SST-2 directory for sst (default: the shared glue/SST-2)")
+                        help="SST-2 directory for sst (default: the test data's glue/SST-2)")
     parser.add_argument("--train-size", type=int, default=2000,
                         help="sentences (pos, chunk) or rows (sst) that train a probe (default 2000)")
     parser.add_argument("--test-size", type=int, default=1000,
