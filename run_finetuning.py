@@ -13,10 +13,14 @@ Re-running the same command continues halted trials and reuses finished ones whi
 are unchanged (a finished trial is re-evaluated when its dev data or scoring settings changed; a
 trial on changed training data is refused). SIGTERM or Ctrl-C stops the running trial at the
 next step boundary with a checkpoint at that step (an eval or featurization at its next batch)
-and exits 75 (0 done, 2 bad input, 3 diverged).
+and exits 75 (0 done, 2 bad input, 3 every trial diverged). Trials are independent: one that
+diverges (a NaN or Inf loss or gradient, or NaN dev results) is recorded as diverged, without
+results, and left out of the median; the next trial runs, and the exit status is 0 with a
+warning unless every trial diverged.
 """
 import argparse
 import logging
+import math
 import os
 from typing import Any
 
@@ -53,9 +57,12 @@ NO_EFFECT_HPARAMS = ("num_tpu_cores", "tpu_job_name")
 
 
 def median_results(trials: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """{results name: {metric: median over trials}} (metrics missing from a trial are skipped)."""
+    """{results name: {metric: median over trials}} over the trials that did not diverge
+    (metrics missing from a trial are skipped)."""
     values: dict[str, dict[str, list[float]]] = {}
     for trial in trials:
+        if trial.get("diverged"):  # no results: a NaN model's figures mean nothing
+            continue
         for name, metrics in trial["results"].items():
             for metric, value in metrics.items():
                 values.setdefault(name, {}).setdefault(metric, []).append(float(value))
@@ -74,22 +81,42 @@ def _collapse_note(trial: dict[str, Any]) -> str:
                    sorted(trial.get("collapsed", {}).items()))
 
 
+def _trial_line(trial: dict[str, Any]) -> str:
+    head = f"trial {trial['trial']} (seed {trial['seed']}, step {trial['global_step']}): "
+    if trial.get("diverged"):
+        return head + f"DIVERGED ({trial['diverged']})"
+    return head + _line(trial["results"]) + _collapse_note(trial)
+
+
+def _median_line(trials: list[dict[str, Any]], median: dict) -> str:
+    counted = [t for t in trials if not t.get("diverged")]
+    if not counted:
+        return f"median: none (all {len(trials)} trial(s) diverged)"
+    notes = [f"{len(trials) - len(counted)} diverged trial(s) left out"] * (
+        len(counted) < len(trials))
+    notes += [f"{sum(1 for t in counted if t.get('collapsed'))} collapsed trial(s) included"] * \
+        any(t.get("collapsed") for t in counted)
+    return f"median of {len(counted)}: {_line(median)}" + (
+        f" ({'; '.join(notes)})" if notes else "")
+
+
 def write_results(config: configure_finetuning.FinetuningConfig,
                   trials: list[dict[str, Any]]) -> dict[str, Any]:
     """Writes every trial's dev results and their median, as text and JSON (atomically)."""
     median = median_results(trials)
-    # Collapsed trials (finetune/health.py) stay in the median, flagged.
+    # Collapsed trials (finetune/health.py) stay in the median, flagged; diverged ones are
+    # left out of it (they have no results), counted.
     collapsed = [t for t in trials if t.get("collapsed")]
+    diverged = [t for t in trials if t.get("diverged")]
     summary = {"model_name": config.model_name, "task_names": config.task_names,
                "num_trials": len(trials), "trials": trials, "median": median,
-               "collapsed_trials": len(collapsed)}
+               "collapsed_trials": len(collapsed), "diverged_trials": len(diverged),
+               "median_of": len(trials) - len(diverged)}
     io_utils.write_json(config.results_json, summary)
     lines = [f"model {config.model_name}, tasks {','.join(config.task_names)}: "
              f"{len(trials)} trial(s)"]
-    lines += [f"trial {t['trial']} (seed {t['seed']}, step {t['global_step']}): "
-              f"{_line(t['results'])}{_collapse_note(t)}" for t in trials]
-    lines.append(f"median of {len(trials)}: {_line(median)}" + (
-        f" ({len(collapsed)} collapsed trial(s) included)" if collapsed else ""))
+    lines += [_trial_line(t) for t in trials]
+    lines.append(_median_line(trials, median))
     io_utils.write_text(config.results_txt, "\n".join(lines) + "\n")
     log.info("results written to %s and %s", config.results_txt, config.results_json)
     return summary
@@ -130,7 +157,9 @@ def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: in
     if not config.do_train or not fs.exists(path):
         return None
     record = io_utils.read_json(path)
-    if not record.get("train_steps") or record.get("global_step", -1) < record["train_steps"]:
+    # A diverged trial is final too: re-running its seed on the same settings diverges again.
+    if not record.get("train_steps") or (record.get("global_step", -1) < record["train_steps"]
+                                         and not record.get("diverged")):
         return None
     compared = [("training settings", "training_settings",
                  trainer.without_eval_only_keys(trainer.training_settings(config))),
@@ -148,7 +177,7 @@ def load_finished_trial(config: configure_finetuning.FinetuningConfig, trial: in
             log.info("trial %d finished before, but its %s changed (%s): not reusing its "
                      "results", trial, what, "; ".join(changes[:5]))
             return None
-    if need_test_outputs and not record.get("test_outputs"):
+    if need_test_outputs and not record.get("test_outputs") and not record.get("diverged"):
         return None
     return record
 
@@ -194,28 +223,62 @@ def run_trial(config, tasks, preprocessor, trial, strategy, keys,
         return finished
     runner = trainer.ModelRunner(config, tasks, preprocessor, trial, strategy, models)
     runner.initialize()
-    if config.do_train:
-        runner.train()
+    diverged = _train(runner) if config.do_train else None
     if preemption.requested():  # trained and saved (a signal during the last steps)
         raise preemption.Preempted(f"stopped on a signal before trial {trial}'s eval; re-run "
                                    "the same command to evaluate it")
-    record = None
-    if config.do_eval:
-        record = {"trial": trial, "seed": runner.seed, "global_step": runner.global_step,
-                  "train_steps": runner.train_steps, "results": runner.evaluate(),
-                  "training_settings": trainer.training_settings(config),
-                  "train_data": keys["train_data"], "eval_key": keys["eval_key"],
-                  "test_key": keys["test_key"], "test_outputs": [],
-                  "collapsed": runner.collapsed}
-    if need_test:
-        output_dir = os.path.join(config.test_predictions_dir, f"trial_{trial}")
-        written = runner.write_test_outputs(output_dir)
-        if record is not None:
-            record["test_outputs"] = written
+    if not (config.do_eval or diverged):
+        _write_test_outputs(config, runner, need_test)
+        return None
+    record = {"trial": trial, "seed": runner.seed, "global_step": runner.global_step,
+              "train_steps": runner.train_steps, "results": {},
+              "training_settings": trainer.training_settings(config),
+              "train_data": keys["train_data"], "eval_key": keys["eval_key"],
+              "test_key": keys["test_key"], "test_outputs": [], "collapsed": {}}
+    if diverged is None:
+        results = runner.evaluate()
+        diverged = _non_finite_results(results, runner)
+        if diverged is None:
+            record.update(results=results, collapsed=runner.collapsed)
+            record["test_outputs"] = _write_test_outputs(config, runner, need_test)
+    if diverged is not None:
+        record["diverged"] = diverged
+        log.warning("trial %d diverged: %s. It is recorded as diverged, without results%s",
+                    trial, diverged, "; the next trial runs" if trial < config.num_trials else "")
     # Only a trained trial is recorded as finished (an eval-only run may see a halted one).
-    if record is not None and is_chief and config.do_train:
+    if is_chief and config.do_train:
         io_utils.write_json(os.path.join(runner.model_dir, trainer.RESULTS_FILE), record)
     return record
+
+
+def _train(runner: trainer.ModelRunner) -> str | None:
+    """Trains the trial; what made it diverge (a NaN or Inf loss or gradient), else None: one
+    trial's divergence does not stop the trials after it (each has its own seed)."""
+    try:
+        runner.train()
+    except training_utils.NonFiniteError as e:
+        return str(e)
+    return None
+
+
+def _non_finite_results(results: dict[str, dict[str, float]],
+                        runner: trainer.ModelRunner) -> str | None:
+    """A trial whose training ended finite can still hold weights that overflow (the last
+    update is applied after the last check): its dev figures are then NaN or Inf."""
+    bad = [f"{name} {metric}={value}" for name, metrics in sorted(results.items())
+           for metric, value in sorted(metrics.items()) if not math.isfinite(value)]
+    if not bad:
+        return None
+    return (f"non-finite dev results at step {runner.global_step} (trial {runner.trial}): "
+            f"{', '.join(bad)}; its weights overflowed. Checkpoint: "
+            f"{runner.manager.latest() or 'none'} (left in place)")
+
+
+def _write_test_outputs(config, runner: trainer.ModelRunner, need_test: bool) -> list[str]:
+    if not need_test:
+        return []
+    return runner.write_test_outputs(
+        os.path.join(config.test_predictions_dir, f"trial_{runner.trial}"))
 
 
 def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, Any] | None:
@@ -268,19 +331,43 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
                     "re-run to rebuild it from the task files") from None
             if record is not None:
                 records.append(record)
-                if distribution.is_chief(strategy):
-                    summary = write_results(config, [
-                        dict({k: r[k] for k in ("trial", "seed", "global_step", "results")},
-                             collapsed=r.get("collapsed", {}))  # older records have none
-                        for r in records])
-            if not config.keep_all_models and trial != config.num_trials:
+                if distribution.is_chief(strategy) and config.do_eval:
+                    summary = write_results(config, [_summary_entry(r) for r in records])
+            # A diverged trial keeps its last good checkpoint, as its message says.
+            if not config.keep_all_models and trial != config.num_trials and not (
+                    record or {}).get("diverged"):
                 _remove_checkpoints(trainer.trial_dir(config, trial))
+    _report_trials(config, records, summary)
+    return summary
+
+
+def _summary_entry(record: dict[str, Any]) -> dict[str, Any]:
+    entry = {k: record[k] for k in ("trial", "seed", "global_step", "results")}
+    entry["collapsed"] = record.get("collapsed", {})  # older records have none
+    if record.get("diverged"):
+        entry["diverged"] = record["diverged"]
+    return entry
+
+
+def _report_trials(config: configure_finetuning.FinetuningConfig, records: list[dict],
+                   summary: dict[str, Any] | None) -> None:
+    """The run's last lines; NonFiniteError (exit status 3) when every trial diverged: the
+    run produced nothing. Some diverged: a warning, and the others' median stands."""
+    diverged = [r["trial"] for r in records if r.get("diverged")]
+    where = f" (see {config.results_txt})" if summary is not None else ""
+    if len(diverged) == config.num_trials:
+        raise training_utils.NonFiniteError(
+            f"every trial diverged ({len(diverged)} of {config.num_trials}){where}: try a lower "
+            "learning_rate, clip_norm 1.0, or compute_dtype float32 or bfloat16")
     if summary is not None:
-        log.info("median over %d trial(s): %s", len(records), _line(summary["median"]))
+        counted = summary["median_of"]
+        log.info("median over %d trial(s): %s", counted, _line(summary["median"]))
         if summary["collapsed_trials"]:
             log.warning("%d of %d trial(s) collapsed (see %s)", summary["collapsed_trials"],
                         len(records), config.results_txt)
-    return summary
+    if diverged:
+        log.warning("%d of %d trial(s) diverged (trial %s), left out of the median%s",
+                    len(diverged), config.num_trials, ", ".join(map(str, diverged)), where)
 
 
 def _out_of_memory(error: BaseException,
@@ -296,8 +383,9 @@ def _out_of_memory(error: BaseException,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry; returns the exit status (2: bad input or settings, 3: diverged,
-    5: out of memory, 75: stopped by SIGTERM/SIGINT after saving: re-run to resume)."""
+    """Command-line entry; returns the exit status (2: bad input or settings, 3: every trial
+    diverged, 5: out of memory, 75: stopped by SIGTERM/SIGINT after saving: re-run to
+    resume)."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,

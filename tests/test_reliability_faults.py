@@ -373,13 +373,14 @@ def test_second_finetuning_run_on_the_same_model_dir_is_refused(tmp_path, caplog
 
 def test_nan_in_finetuning_stops_with_the_step_and_keeps_the_last_checkpoint(tmp_path, caplog):
     # An lr of 1e30 throws the weights to ~1e30 at the first step with lr > 0; the next step's
-    # loss is no longer finite.
+    # loss is no longer finite. Each trial diverges so: the second still runs, and with every
+    # trial diverged the exit status is 3.
     write_fixtures(tmp_path, tasks={"sst"})
     (tmp_path / "vocab.txt").write_text("\n".join(
         ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "movie", "is", "good", "bad"]) + "\n")
     hparams = {"task_names": ["sst"], "init_checkpoint": "", "vocab_size": 10, "max_seq_length": 8,
                "train_batch_size": 1, "num_train_epochs": 2.0, "learning_rate": 1e30,
-               "save_checkpoints_steps": 1, "embedding_size": 16,
+               "save_checkpoints_steps": 1, "embedding_size": 16, "num_trials": 2,
                "model_hparam_overrides": {"hidden_size": 16, "num_hidden_layers": 1,
                                           "num_attention_heads": 1, "intermediate_size": 32}}
     code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m",
@@ -391,7 +392,12 @@ def test_nan_in_finetuning_stops_with_the_step_and_keeps_the_last_checkpoint(tmp
     latest = checkpoint.CheckpointManager(str(trial)).latest()
     assert latest.endswith(f"model.ckpt-{step - 1}")
     assert f"Last good checkpoint: {latest} (left in place)" in caplog.text
-    assert not (tmp_path / "models" / "m" / "results").exists()  # no results from a NaN model
+    assert "non-finite values at step" in caplog.text and "(trial 2)" in caplog.text
+    # No figures from a NaN model: each trial recorded as diverged, the median of none.
+    summary = json.loads((tmp_path / "models" / "m" / "results" / "sst_results.json").read_text())
+    assert [t["results"] for t in summary["trials"]] == [{}, {}]
+    assert summary["diverged_trials"] == 2 and summary["median"] == {}
+    assert "every trial diverged (2 of 2)" in caplog.text
 
 
 # -- stale results: caches and "already done" decisions follow every input ----------------------

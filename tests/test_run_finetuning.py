@@ -1,7 +1,9 @@
 """run_finetuning end to end: trials, results files, test predictions, resuming halted trials."""
 import json
 import os
+import re
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -216,3 +218,113 @@ def test_float16_trains_with_dynamic_loss_scaling(tmp_path):
     assert tensors["global_step"] == 3
     assert 1.0 <= tensors["finetune_state/loss_scale"] <= loss_scale.INITIAL_SCALE
     assert all(np.isfinite(v).all() for v in tensors.values())
+
+
+# -- trials are independent: one trial's divergence does not end the run -------------------------
+
+
+class ScriptedRunner:
+    """trainer.ModelRunner without a model, for the run's bookkeeping: trains 3 steps at once;
+    PLAN[trial] "train" diverges at step 2, "eval" gives NaN dev results."""
+    PLAN: dict[int, str] = {}
+    trained: list[int] = []
+
+    def __init__(self, config, tasks, preprocessor, trial=1, strategy=None, models=None):
+        self.config, self.trial, self.seed = config, trial, config.seed + trial - 1
+        self.model_dir = trainer.trial_dir(config, trial)
+        self.train_steps, self.global_step, self.collapsed = 3, 0, {}
+        latest = os.path.join(self.model_dir, "model.ckpt-1")
+        self.manager = types.SimpleNamespace(latest=lambda: latest)
+
+    def initialize(self):
+        os.makedirs(self.model_dir, exist_ok=True)
+        open(os.path.join(self.model_dir, "model.ckpt-1.index"), "w").close()
+
+    def train(self):
+        ScriptedRunner.trained.append(self.trial)
+        if self.PLAN.get(self.trial) == "train":
+            self.global_step = 2
+            raise training_utils.NonFiniteError(
+                f"non-finite values at step 2 (trial {self.trial}): loss=nan", 2, ["loss"])
+        self.global_step = 3
+
+    def evaluate(self):
+        accuracy = float("nan") if self.PLAN.get(self.trial) == "eval" else 50.0 + self.trial
+        return {"sst": {"accuracy": accuracy, "loss": 0.5}}
+
+    def write_test_outputs(self, output_dir):
+        return []
+
+
+def _scripted_run(tmp_path, monkeypatch, plan: dict, **hparams) -> tuple:
+    """run_finetuning.main over 3 scripted trials; (exit status, results json, results txt)."""
+    monkeypatch.setattr(ScriptedRunner, "PLAN", plan)
+    monkeypatch.setattr(ScriptedRunner, "trained", [])
+    monkeypatch.setattr(trainer, "ModelRunner", ScriptedRunner)
+    write_fixtures(tmp_path, tasks={"sst"})
+    config = make_config(tmp_path, ["sst"], num_trials=3, **hparams)
+    values = dict(task_names=["sst"], vocab_size=config.vocab_size, max_seq_length=16,
+                  init_checkpoint="", num_trials=3, **hparams)
+    code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m",
+                                "--hparams", json.dumps(values)])
+    if not os.path.exists(config.results_json):
+        return code, None, None
+    return code, json.load(open(config.results_json)), open(config.results_txt).read()
+
+
+def test_a_diverged_trial_is_recorded_and_the_next_trials_run(tmp_path, monkeypatch, caplog):
+    code, summary, text = _scripted_run(tmp_path, monkeypatch, {2: "train"},
+                                        keep_all_models=False)
+    assert code == 0 and ScriptedRunner.trained == [1, 2, 3]
+    assert [t.get("diverged", "") for t in summary["trials"]] == [
+        "", "non-finite values at step 2 (trial 2): loss=nan", ""]
+    assert summary["trials"][1]["results"] == {} and summary["trials"][1]["global_step"] == 2
+    assert summary["diverged_trials"] == 1 and summary["median_of"] == 2
+    assert summary["median"]["sst"]["accuracy"] == 52.0  # trials 1 and 3: 51 and 53
+    assert "trial 2 (seed 1, step 2): DIVERGED (non-finite values at step 2" in text
+    assert "median of 2: sst: accuracy: 52.00 - loss: 0.50 (1 diverged trial(s) left out)" in text
+    assert "1 of 3 trial(s) diverged (trial 2), left out of the median" in caplog.text
+    # Its record says so, and its last good checkpoint stays (keep_all_models false: trial 1's
+    # is removed).
+    record = json.load(open(os.path.join(tmp_path, "models", "m", "finetuning_models",
+                                         "sst_model_2", trainer.RESULTS_FILE)))
+    assert record["diverged"].startswith("non-finite values at step 2")
+    models = tmp_path / "models" / "m" / "finetuning_models"
+    assert (models / "sst_model_2" / "model.ckpt-1.index").exists()
+    assert not (models / "sst_model_1" / "model.ckpt-1.index").exists()
+
+
+def test_a_diverged_trial_is_not_trained_again_by_a_rerun(tmp_path, monkeypatch):
+    _scripted_run(tmp_path, monkeypatch, {2: "train"})
+    code, summary, _ = _scripted_run(tmp_path, monkeypatch, {2: "train"})
+    assert code == 0 and ScriptedRunner.trained == []  # every record reused
+    assert summary["diverged_trials"] == 1
+
+
+def test_a_trial_whose_dev_results_are_not_finite_diverged(tmp_path, monkeypatch):
+    code, summary, text = _scripted_run(tmp_path, monkeypatch, {1: "eval"})
+    assert code == 0 and ScriptedRunner.trained == [1, 2, 3]
+    assert summary["trials"][0]["diverged"].startswith(
+        "non-finite dev results at step 3 (trial 1): sst accuracy=nan")
+    assert summary["trials"][0]["results"] == {}
+    assert summary["median"]["sst"]["accuracy"] == 52.5  # trials 2 and 3, not NaN
+    assert "NaN" not in json.dumps(summary)
+
+
+def test_every_trial_diverged_exits_3_with_the_record_written(tmp_path, monkeypatch, caplog):
+    code, summary, text = _scripted_run(tmp_path, monkeypatch, {1: "train", 2: "train",
+                                                                3: "eval"})
+    assert code == 3 and ScriptedRunner.trained == [1, 2, 3]
+    assert summary["diverged_trials"] == 3 and summary["median"] == {}
+    assert "median: none (all 3 trial(s) diverged)" in text
+    assert re.search(r"every trial diverged \(3 of 3\) \(see .*sst_results\.txt\)", caplog.text)
+
+
+def test_without_do_eval_a_diverged_trial_still_lets_the_others_run(tmp_path, monkeypatch,
+                                                                    caplog):
+    code, summary, _ = _scripted_run(tmp_path, monkeypatch, {1: "train"}, do_eval=False)
+    assert code == 0 and summary is None and ScriptedRunner.trained == [1, 2, 3]
+    assert "1 of 3 trial(s) diverged (trial 1)" in caplog.text
+    code, _, _ = _scripted_run(tmp_path / "all", monkeypatch, {1: "train", 2: "train",
+                                                               3: "train"}, do_eval=False)
+    assert code == 3
