@@ -2,7 +2,8 @@
 
 Export (the model dir is a pre-training dir, a fine-tuning trial dir, or an official release dir):
 
-    # pre-trained discriminator -> ElectraForPreTraining (default for pre-training dirs)
+    # pre-trained discriminator -> ElectraForPreTraining (default for pre-training dirs; an
+    # official release dir, without configs, needs its heads stated: --num-attention-heads 4)
     python export_model.py --model-dir DATA/models/small --format huggingface --output hf_disc
     # its generator -> ElectraForMaskedLM
     python export_model.py --model-dir DATA/models/small --format huggingface --model generator \\
@@ -248,6 +249,8 @@ def export_huggingface(md: model_dir_lib.ModelDir, output: str, kind: str | None
         weights = hf.discriminator_to_hf(tensors, config)
     elif kind == "generator":
         config = md.generator_config
+        if md.generator_unknown:  # a generator whose heads no file states
+            raise ValueError(md.generator_unknown)
         if config is None:
             raise ValueError(f"{md.path} has no generator ({model_dir_lib.GENERATOR_CONFIG_FILE} "
                              "missing and no generator/ variables)")
@@ -485,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", help="task head to export or import (default: the only one)")
     parser.add_argument("--checkpoint", help="checkpoint prefix (default: newest in --model-dir)")
     parser.add_argument("--vocab-file", help="vocabulary (default: the model dir's vocab.txt)")
+    model_dir_lib.add_heads_flags(parser)
     parser.add_argument("--import-generator", help="with --import-dir: the matching "
                                                    "ElectraForMaskedLM directory")
     parser.add_argument("--overwrite", action="store_true",
@@ -509,7 +513,9 @@ def main(argv: list[str] | None = None) -> int:
             import_huggingface(args.import_dir, args.output, args.import_generator, args.task,
                                args.overwrite)
             return 0
-        md = model_dir_lib.read_model_dir(args.model_dir, args.checkpoint, args.vocab_file)
+        md = model_dir_lib.read_model_dir(args.model_dir, args.checkpoint, args.vocab_file,
+                                          args.num_attention_heads,
+                                          args.generator_num_attention_heads)
         for note in md.notes:
             log.info("note: %s", note)
         if args.format == "huggingface":

@@ -10,10 +10,12 @@
     # [MASK] in the text is kept as the mask token; --generator reports its predictions there
     python score_text.py --model-dir DATA/models/small --generator "the chef [MASK] the meal"
 
-The architecture comes from the model dir (bert_config.json and generator_config.json, or the
-checkpoint's shapes for an official release dir), the vocabulary from its vocab.txt (--vocab-file
-overrides), the weights from its newest checkpoint (--checkpoint overrides). Text is lower-cased
-as in pre-training (pretrain_config.json do_lower_case; --cased / --uncased override).
+The architecture comes from the model dir (bert_config.json and generator_config.json, else
+pretrain_config.json; for an official release dir the checkpoint's shapes and the heads you state
+with --num-attention-heads and --generator-num-attention-heads), the vocabulary from its
+vocab.txt (--vocab-file overrides), the weights from its newest checkpoint (--checkpoint
+overrides). Text is lower-cased as in pre-training (pretrain_config.json do_lower_case; --cased /
+--uncased override).
 
 --json prints {"tokens", "input_ids", "disc_logits", "replaced_prob"}; with --corrupt also
 "original_tokens", "original_ids", "replaced" (1 where the generator changed the token); with
@@ -63,6 +65,8 @@ def build_scorer(md: model_dir_lib.ModelDir, need_generator: bool) -> scoring.Re
                          "score_text needs a pre-trained ELECTRA discriminator")
     gen_config = gen_scope = gen_emb = None
     if need_generator:
+        if md.generator_unknown:  # a generator whose heads no file states
+            raise ValueError(f"{md.generator_unknown} (--corrupt and --generator need it)")
         if md.generator_config is None or "generator_predictions/output_bias" not in names:
             raise ValueError(f"{md.checkpoint} has no generator (generator_predictions/); "
                              "--corrupt and --generator need one")
@@ -160,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", required=True, help="pre-trained model dir")
     parser.add_argument("--checkpoint", help="checkpoint prefix (default: newest in --model-dir)")
     parser.add_argument("--vocab-file", help="vocabulary (default: <model-dir>/vocab.txt)")
+    model_dir_lib.add_heads_flags(parser)
     parser.add_argument("--corrupt", action="store_true",
                         help="let the generator replace ~mask_prob of the tokens first")
     parser.add_argument("--generator", action="store_true",
@@ -184,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_seq_length is not None and args.max_seq_length < MIN_SEQ_LENGTH:
             raise ValueError(f"--max-seq-length must be at least {MIN_SEQ_LENGTH} ([CLS], a "
                              f"token, [SEP]), got {args.max_seq_length}")
-        md = model_dir_lib.read_model_dir(args.model_dir, args.checkpoint, args.vocab_file)
+        md = model_dir_lib.read_model_dir(args.model_dir, args.checkpoint, args.vocab_file,
+                                          args.num_attention_heads,
+                                          args.generator_num_attention_heads)
         positions = md.bert_config.max_position_embeddings
         if args.max_seq_length is not None and args.max_seq_length > positions:
             raise ValueError(f"--max-seq-length {args.max_seq_length} exceeds the model's "

@@ -376,25 +376,81 @@ def test_failed_export_leaves_no_partial_output(source, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-def test_official_release_dir_without_configs_exports(source, tmp_path):
-    """A release dir has only the checkpoint and vocab.txt: shapes give the architecture."""
-    release = tmp_path / "release"
+def release_dir(source, root) -> str:
+    """An official release's layout: the checkpoint and vocab.txt, no config."""
+    release = root / "release"
     release.mkdir()
     tensors = checkpoint.read_all(model_dir_lib.read_model_dir(source).checkpoint)
     checkpoint.save_tensors(str(release / "electra_tiny"), tensors)
     fx.write_vocab(str(release / "vocab.txt"))
-    md = model_dir_lib.read_model_dir(str(release))
-    assert md.notes and "read off the checkpoint" in md.notes[0]
-    # One head per 64 hidden units (every released size): hidden 32 -> 1 head.
-    assert md.bert_config.num_attention_heads == 1
+    return str(release)
+
+
+def test_release_dir_without_configs_needs_its_heads_stated(source, tmp_path, caplog):
+    """The head count was guessed (one per 64 hidden units: 1 here, the model has 2) and
+    exported as fact; no checkpoint shape shows it."""
+    release = release_dir(source, tmp_path)
+    with pytest.raises(ValueError, match=r"release has no bert_config.json \(nor "
+                       r"pretrain_config.json\): the checkpoint shows 2 layers of hidden size 32 "
+                       r"but not the number of attention heads.*--num-attention-heads"):
+        model_dir_lib.read_model_dir(release)
+    assert export_model.main(["--model-dir", release, "--format", "huggingface",
+                              "--output", str(tmp_path / "guess")]) == 2
+    assert "--num-attention-heads" in caplog.text and not (tmp_path / "guess").exists()
+    md = model_dir_lib.read_model_dir(release, num_attention_heads=2)
+    assert md.bert_config.num_attention_heads == 2 and "2 heads from --num-attention-heads" \
+        in md.notes[0]
     assert (md.bert_config.hidden_size, md.bert_config.embedding_size) == (H, E)
-    assert md.generator_config.hidden_size == HG
-    assert export_model.main(["--model-dir", str(release), "--format", "huggingface",
+    # The generator's heads are not known either: refused when it is asked for.
+    assert md.generator_config is None and "--generator-num-attention-heads" in \
+        md.generator_unknown
+    assert export_model.main(["--model-dir", release, "--num-attention-heads", "2", "--format",
+                              "huggingface", "--model", "generator",
+                              "--output", str(tmp_path / "gen")]) == 2
+    assert export_model.main(["--model-dir", release, "--num-attention-heads", "2",
+                              "--generator-num-attention-heads", "1", "--format", "huggingface",
                               "--model", "generator", "--output", str(tmp_path / "gen")]) == 0
     exported, config = read_export(tmp_path / "gen")
-    assert config["architectures"] == ["ElectraForMaskedLM"]
-    np.testing.assert_array_equal(exported["generator_lm_head.weight"],
-                                  tensors["electra/embeddings/word_embeddings"])
+    assert config["architectures"] == ["ElectraForMaskedLM"] and config["num_attention_heads"] == 1
+    assert config["hidden_size"] == HG
+
+
+def test_pretraining_dir_without_bert_config_is_rebuilt_from_its_pretrain_config(source,
+                                                                                 tmp_path):
+    """pretrain_config.json states the run's architecture: read, and checked against the
+    checkpoint, instead of a head count guessed from the hidden size."""
+    model = release_dir(source, tmp_path)
+    settings = PretrainingConfig.from_hparams("m", str(tmp_path), fx.tiny_hparams(
+        embedding_size=E)).to_dict()
+    with open(os.path.join(model, "pretrain_config.json"), "w") as f:
+        json.dump(settings, f)
+    md = model_dir_lib.read_model_dir(model)
+    assert md.bert_config == model_dir_lib.read_model_dir(source).bert_config
+    assert md.generator_config == model_dir_lib.read_model_dir(source).generator_config
+    assert "rebuilt from pretrain_config.json" in md.notes[0]
+    with pytest.raises(ValueError, match=r"--num-attention-heads 4, but .*release says 2"):
+        model_dir_lib.read_model_dir(model, num_attention_heads=4)
+    with open(os.path.join(model, "pretrain_config.json"), "w") as f:
+        json.dump(dict(settings, model_hparam_overrides=dict(
+            settings["model_hparam_overrides"], intermediate_size=128)), f)
+    with pytest.raises(ValueError, match=r"pretrain_config.json gives the intermediate_size 128 "
+                       r"but the checkpoint's tensors have 64"):
+        model_dir_lib.read_model_dir(model)
+
+
+def test_score_text_states_what_it_needs_for_a_release_dir(source, tmp_path, caplog, capsys):
+    import score_text
+
+    release = release_dir(source, tmp_path)
+    assert score_text.main(["--model-dir", release, "--json", "w1 w2"]) == 2
+    assert "not the number of attention heads" in caplog.text
+    assert score_text.main(["--model-dir", release, "--num-attention-heads", "2", "--json",
+                            "--generator", "w1 [MASK]"]) == 2
+    assert "--generator-num-attention-heads" in caplog.text
+    capsys.readouterr()
+    assert score_text.main(["--model-dir", release, "--num-attention-heads", "2", "--json",
+                            "w1 w2"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == ["[CLS]", "w1", "w2", "[SEP]"]
 
 
 def test_hf_config_activation_names_map_one_to_one():

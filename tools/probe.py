@@ -55,7 +55,8 @@ def initialise_in_place(encoder, md, seed: int) -> None:
 
 
 def probe_model_dir(model_dir: str, tasks: dict, *, random_seeds: int = 1,
-                    random_seed: int = 0, max_seq_length: int = 128, updates: int = 1000) -> dict:
+                    random_seed: int = 0, max_seq_length: int = 128, updates: int = 1000,
+                    num_attention_heads: int | None = None) -> dict:
     """{"pretrained": {probe: accuracy}, "random": {...}, "random_seeds": [...]} for the model in
     `model_dir`; "random" is the mean over `random_seeds` random encoders (seeds random_seed,
     random_seed + 1, ...), each listed in "random_seeds".
@@ -65,7 +66,7 @@ def probe_model_dir(model_dir: str, tasks: dict, *, random_seeds: int = 1,
     from model import model_dir as model_dir_lib
     from model import probing, tokenization
 
-    md = model_dir_lib.read_model_dir(model_dir)
+    md = model_dir_lib.read_model_dir(model_dir, num_attention_heads=num_attention_heads)
     if md.vocab_file is None:
         raise ValueError(f"no vocabulary (vocab.txt or spm.model) found for {model_dir}")
     tokenizer = tokenization.build_tokenizer(vocab_file=md.vocab_file,
@@ -128,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-random", action="store_true",
                         help="skip the randomly initialised encoder")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--num-attention-heads", type=int, metavar="N",
+                        help="attention heads of a model dir without bert_config.json or "
+                             "pretrain_config.json (an official release: small 4, base 12, large "
+                             "16); no checkpoint shape shows them")
     console.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     console.setup(args.verbose, logging.INFO, "%(levelname)s %(message)s")
@@ -148,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         results = probe_model_dir(args.model_dir, tasks,
                                   random_seeds=0 if args.no_random else args.random_seeds,
                                   random_seed=args.random_seed,
-                                  max_seq_length=args.max_seq_length, updates=args.updates)
+                                  max_seq_length=args.max_seq_length, updates=args.updates,
+                                  num_attention_heads=args.num_attention_heads)
     except (ValueError, OSError) as e:
         log.error("%s", e)
         return 2
