@@ -206,6 +206,9 @@ def hf_config(config: modeling.BertConfig, kind: str, pad_token_id: int = 0,
     return values
 
 
+HF_DEFAULT_EMBEDDING_SIZE = 128  # transformers' ElectraConfig default
+
+
 def bert_config_from_hf(values: dict, where: str = "config.json"
                         ) -> tuple[modeling.BertConfig, list[str]]:
     """(our BertConfig, notes) from an HF ElectraConfig dict; notes say what is approximated."""
@@ -237,7 +240,9 @@ def bert_config_from_hf(values: dict, where: str = "config.json"
             max_position_embeddings=values.get("max_position_embeddings", 512),
             type_vocab_size=values.get("type_vocab_size", 2),
             initializer_range=values.get("initializer_range", 0.02),
-            embedding_size=values.get("embedding_size", values["hidden_size"])), where=where)
+            # A key config.json leaves out means what it means to transformers: ElectraConfig's
+            # default (embedding_size 128, not the hidden size); the weights' shapes are checked.
+            embedding_size=values.get("embedding_size", HF_DEFAULT_EMBEDDING_SIZE)), where=where)
     except KeyError as e:
         raise ConversionError(f"{where}: missing required key {e.args[0]!r}") from None
     return config, notes

@@ -465,3 +465,23 @@ def test_hf_config_activation_names_map_one_to_one():
     values["model_type"] = "bert"
     with pytest.raises(ValueError, match="not 'electra'"):
         hf_conversion.bert_config_from_hf(values)
+
+
+def test_a_config_json_without_embedding_size_means_transformers_default(source, tmp_path,
+                                                                         caplog):
+    """A missing embedding_size was taken as the hidden size, which transformers does not do
+    (ElectraConfig's default is 128): the import now reads the file as transformers does, and
+    weights of another size are refused by their shapes."""
+    values = {"model_type": "electra", "vocab_size": 30, "hidden_size": 256,
+              "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 1024}
+    assert hf_conversion.bert_config_from_hf(values)[0].embedding_size == 128
+    assert export_model.main(["--model-dir", source, "--format", "huggingface",
+                              "--output", str(tmp_path / "hf")]) == 0
+    with open(tmp_path / "hf" / "config.json") as f:
+        config = json.load(f)
+    del config["embedding_size"]
+    with open(tmp_path / "hf" / "config.json", "w") as f:
+        json.dump(config, f)
+    assert export_model.main(["--import-dir", str(tmp_path / "hf"), "--format", "huggingface",
+                              "--output", str(tmp_path / "imported")]) == 2
+    assert f"word_embeddings.weight is [{V}, {E}], config implies [{V}, 128]" in caplog.text
