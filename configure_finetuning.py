@@ -8,8 +8,8 @@ import dataclasses
 import os
 from typing import Any
 
-from model import modeling, tokenization
-from util import fs, io_utils, task_spec
+from model import modeling, pretrained_vocab, tokenization
+from util import fs, task_spec
 from util.distribution import STRATEGIES
 from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, HParamError,
                           HParams, OneOf, Range, hp)
@@ -137,7 +137,7 @@ class FinetuningConfig(HParams):
 
     # locations (derived from data_dir and model_name unless given)
     raw_data_dir: str | None = hp(None, "task data dir pattern; default <data_dir>/finetuning_data/{task}")
-    vocab_file: str | None = hp(None, "WordPiece vocab.txt or SentencePiece .model; default the pre-trained model dir's vocab.txt/spm.model, else <data_dir>/vocab.txt")
+    vocab_file: str | None = hp(None, "WordPiece vocab.txt or SentencePiece .model; default the vocab.txt/spm.model in init_checkpoint's directory (a release download's vocab.txt), else in <data_dir>/models/<model_name>, else <data_dir>/vocab.txt. A vocabulary other than the one beside init_checkpoint, or of another size than its embedding table, is refused")
     init_checkpoint: str | None = hp(None, "pre-trained weights (ours or official; a dir or a checkpoint prefix); default <data_dir>/models/<model_name>; \"\" for random init. Its bert_config.json, if any, sets the architecture")
     model_dir: str | None = hp(None, "default <data_dir>/models/<model_name>/finetuning_models/<tasks>_model")
     results_txt: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.txt; <model_dir>/results/<tasks>_results.txt when model_dir is set")
@@ -167,12 +167,12 @@ class FinetuningConfig(HParams):
         # A str.format pattern: braces of the data dir itself are doubled to stay literal.
         literal = self.data_dir.replace("{", "{{").replace("}", "}}")
         self.raw_data_dir = self.raw_data_dir or os.path.join(literal, "finetuning_data", "{task}")
-        if self.vocab_file is None:
-            self.vocab_file = (tokenization.find_vocab_file(pretrained_dir)
-                               or tokenization.find_vocab_file(self.data_dir)
-                               or os.path.join(self.data_dir, "vocab.txt"))
         if self.init_checkpoint is None and not self.debug:
             self.init_checkpoint = pretrained_dir
+        self.vocab_file = pretrained_vocab.choose(
+            self.vocab_file, self.init_checkpoint,
+            [tokenization.find_vocab_file(d) for d in (pretrained_dir, self.data_dir)],
+            missing=os.path.join(self.data_dir, "vocab.txt"))
         # An experiment with a model_dir of its own keeps its outputs under it: by the task
         # names alone, two such experiments would write the same files, the second replacing
         # the first. Without one, the official places.
@@ -226,38 +226,14 @@ class FinetuningConfig(HParams):
         ]
         self._enforce(checks)
         self.custom_task_specs()  # each spec's keys and values
-        self._check_vocab_matches_the_model()
         modeling.check_max_seq_length(self.max_seq_length, self.bert_config())
-
-    def _check_vocab_matches_the_model(self) -> None:
-        """A vocab_file whose content differs from the copy in the pre-trained model's dir would
-        read the text with other token ids than the model learned: refused, naming both."""
-        if not self.init_checkpoint:
-            return
-        directory = (self.init_checkpoint if fs.isdir(self.init_checkpoint)
-                     else os.path.dirname(self.init_checkpoint))
-        model_vocab = tokenization.find_vocab_file(directory)
-        if (model_vocab is None or not fs.isfile(self.vocab_file)
-                or fs.same_place(model_vocab, self.vocab_file)):
-            return
-        if io_utils.sha256_file(model_vocab) == io_utils.sha256_file(self.vocab_file):
-            return
-        # Of another size, the run's size check names the mismatch more precisely.
-        sizes = {len(tokenization.load_vocab(path)) for path in (model_vocab, self.vocab_file)}
-        if len(sizes) == 1:
-            raise HParamError(
-                f"hparam 'vocab_file' {self.vocab_file} is not the vocabulary the pre-trained model "
-                f"was trained with ({model_vocab}, other content): the text would be read with "
-                f"other token ids. Leave vocab_file unset to use the model's, or point it at "
-                f"{model_vocab}")
 
     def pretrained_bert_config_file(self) -> str | None:
         """bert_config.json next to the initial checkpoint (our model dirs write one), if any."""
         if not self.init_checkpoint:
             return None
-        directory = (self.init_checkpoint if fs.isdir(self.init_checkpoint)
-                     else os.path.dirname(self.init_checkpoint))
-        path = os.path.join(directory, "bert_config.json")
+        path = os.path.join(pretrained_vocab.checkpoint_dir(self.init_checkpoint),
+                            "bert_config.json")
         return path if fs.isfile(path) else None
 
     def bert_config(self) -> modeling.BertConfig:

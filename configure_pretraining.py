@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from model import embedding_sharing, modeling, probing
+from model import pretrained_vocab
 from util import fs
 from util.distribution import STRATEGIES
 from util.hparams import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, HParamError, HParams,
@@ -154,7 +155,7 @@ class PretrainingConfig(HParams):
     # locations (derived from data_dir and model_name unless given)
     pretrain_tfrecords: str | None = hp(None, "glob of training tfrecords; default <data_dir>/pretrain_tfrecords/pretrain_data.tfrecord*")
     eval_tfrecords: str | None = hp(None, "glob of held-out tfrecords; default: the eval_files the data script listed in metadata.json")
-    vocab_file: str | None = hp(None, "default <data_dir>/vocab.txt")
+    vocab_file: str | None = hp(None, "default the vocab.txt/spm.model in init_checkpoint's directory, else <data_dir>/vocab.txt; with init_checkpoint, a vocabulary other than the one beside it, or of another size than its embedding table, is refused")
     model_dir: str | None = hp(None, "default <data_dir>/models/<model_name>")
     results_txt: str | None = hp(None, "default <model_dir>/results/unsup_results.txt")
     results_json: str | None = hp(None, "default <model_dir>/results/unsup_results.json")
@@ -170,7 +171,9 @@ class PretrainingConfig(HParams):
         # A glob: the data dir's own [ ] * ? must match literally.
         self.pretrain_tfrecords = self.pretrain_tfrecords or os.path.join(
             fs.escape(d), "pretrain_tfrecords", "pretrain_data.tfrecord*")
-        self.vocab_file = self.vocab_file or os.path.join(d, "vocab.txt")
+        default_vocab = os.path.join(d, "vocab.txt")
+        self.vocab_file = pretrained_vocab.choose(self.vocab_file or None, self.init_checkpoint,
+                                                  [default_vocab], missing=default_vocab)
         self.model_dir = self.model_dir or os.path.join(d, "models", self.model_name)
         results_dir = os.path.join(self.model_dir, "results")
         self.results_txt = self.results_txt or os.path.join(results_dir, "unsup_results.txt")

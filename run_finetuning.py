@@ -4,11 +4,12 @@
         --hparams '{"model_size": "small", "task_names": ["sst"]}'
 
 Task data comes from D/finetuning_data/<task>/ (GLUE download directory names such as SST-2 also
-work), initial weights from D/models/M (or hparam init_checkpoint), the vocabulary from
-D/models/M/vocab.txt or D/vocab.txt. Each of `num_trials` trials (seed + trial - 1) trains in
-D/models/M/finetuning_models/<tasks>_model_<trial>/ and is evaluated on dev; per-trial and
-median results go to D/models/M/results/<tasks>_results.{txt,json}. With write_test_outputs,
-GLUE submission TSVs of the first n_writes_test trials go to D/models/M/test_predictions/trial_<t>/.
+work), initial weights from D/models/M (or hparam init_checkpoint), the vocabulary from beside
+them (D/models/M/vocab.txt, a release download's vocab.txt), else D/vocab.txt. Each of
+`num_trials` trials (seed + trial - 1) trains in D/models/M/finetuning_models/<tasks>_model_<trial>/
+and is evaluated on dev; per-trial and median results go to
+D/models/M/results/<tasks>_results.{txt,json}. With write_test_outputs, GLUE submission TSVs of
+the first n_writes_test trials go to D/models/M/test_predictions/trial_<t>/.
 Re-running the same command continues halted trials and reuses finished ones while their inputs
 are unchanged (a finished trial is re-evaluated when its dev data or scoring settings changed; a
 trial on changed training data is refused). SIGTERM or Ctrl-C stops the running trial at the

@@ -2,10 +2,11 @@
 
     python run_pretraining.py --data-dir DATA --model-name NAME [--hparams JSON_OR_FILE]
 
-reads DATA/pretrain_tfrecords/pretrain_data.tfrecord* and DATA/vocab.txt and writes
-DATA/models/NAME: checkpoints with the official variable names, pretrain_config.json (the
-resolved hparams), bert_config.json and generator_config.json (official keys), a copy of the
-vocab, TensorBoard summaries and results/ (eval metrics as JSON and text).
+reads DATA/pretrain_tfrecords/pretrain_data.tfrecord* and DATA/vocab.txt (continuing from hparam
+init_checkpoint: the vocabulary beside it) and writes DATA/models/NAME: checkpoints with the
+official variable names, pretrain_config.json (the resolved hparams), bert_config.json and
+generator_config.json (official keys), a copy of the vocab, TensorBoard summaries and results/
+(eval metrics as JSON and text).
 
 Re-running the same command resumes from the newest readable checkpoint, exactly (weights,
 optimizer slots, step and data position), whatever moment the previous run was killed at.

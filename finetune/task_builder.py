@@ -11,7 +11,7 @@ import logging
 
 import configure_finetuning
 from finetune import task as task_lib
-from model import tokenization
+from model import pretrained_vocab, tokenization
 from util import fs
 
 log = logging.getLogger(__name__)
@@ -55,18 +55,21 @@ def build_tokenizer(config: configure_finetuning.FinetuningConfig):
     """The tokenizer of the pre-trained model: WordPiece vocab.txt, or a SentencePiece .model.
 
     Raises:
-      ValueError: the vocabulary file is missing or larger than the model's vocab_size.
+      ValueError: the vocabulary file is missing, larger than the model's vocab_size, or of
+        another size than init_checkpoint's embedding table.
     """
     path = config.vocab_file
     if not path or not fs.isfile(path):
         raise ValueError(f"vocabulary file {path} not found (hparam vocab_file; by default "
-                         "<data_dir>/models/<model_name>/vocab.txt, else <data_dir>/vocab.txt)")
+                         "the one in init_checkpoint's directory, else in "
+                         "<data_dir>/models/<model_name>, else <data_dir>/vocab.txt)")
     if path.endswith(".model"):
         tokenizer = tokenization.build_tokenizer(spm_model=path,
                                                  do_lower_case=config.do_lower_case)
     else:
         tokenizer = tokenization.build_tokenizer(vocab_file=path,
                                                  do_lower_case=config.do_lower_case)
+    pretrained_vocab.check_size(path, tokenizer.vocab_size, config.init_checkpoint)
     # The model's size: the pre-trained bert_config.json's when there is one (hparam vocab_size
     # otherwise); ids past it would index outside the embedding table.
     model_vocab_size = config.bert_config().vocab_size

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
 from model import model_dir as model_dir_lib
-from model import tokenization
+from model import pretrained_vocab, tokenization
 from pretrain import data_record, evaluation, input_pipeline, pretrain_data
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
@@ -109,6 +109,7 @@ def load_special_ids(config: PretrainingConfig) -> SpecialIds:
         raise HParamError(
             f"vocab file {config.vocab_file} has {len(vocab)} tokens but hparam vocab_size is "
             f"{config.vocab_size}; set \"vocab_size\": {len(vocab)} in --hparams")
+    pretrained_vocab.check_size(config.vocab_file, len(vocab), config.init_checkpoint)
     return SpecialIds.from_vocab(vocab, where=f"vocab file {config.vocab_file}")
 
 
@@ -278,8 +279,8 @@ def continue_data(config: PretrainingConfig, trainer: Trainer, train_files: list
 def check_init_is_not_finetuned(path: str) -> None:
     """Refuses a fine-tuning trial as init_checkpoint by name (it used to be reported only as
     a list of missing variables: it has task heads but no generator or discriminator head)."""
-    directory = path if fs.isdir(path) else os.path.dirname(path)
-    trial_config = os.path.join(directory, model_dir_lib.FINETUNE_CONFIG_FILE)
+    trial_config = os.path.join(pretrained_vocab.checkpoint_dir(path),
+                                model_dir_lib.FINETUNE_CONFIG_FILE)
     if not fs.isfile(trial_config):
         return
     settings = io_utils.read_json(trial_config).get("training_settings") or {}

@@ -1,18 +1,24 @@
 """Official (TF1) checkpoints in: a checkpoint written by tf.compat.v1 with the official variable
-names initialises fine-tuning; its extra tensors are summarised, missing encoder ones listed."""
+names initialises fine-tuning; its extra tensors are summarised, missing encoder ones listed. A
+directory laid out as a release download brings its own vocabulary; any other is refused."""
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import configure_finetuning
+import configure_pretraining
 import run_finetuning
 from finetune import finetuning_model
 from finetune import task_builder
 from finetune import trainer
 from util import checkpoint
+from util.hparams import HParamError
 
-from tests.test_finetune_data import make_config, write_fixtures
+from tests.test_finetune_data import VOCAB, make_config, write_fixtures
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 64, "max_position_embeddings": 32}
@@ -149,3 +155,137 @@ def test_missing_encoder_variables_are_listed(tmp_path):
     model = finetuning_model.FinetuningModel(config, task_builder.get_tasks(config))
     with pytest.raises(ValueError, match=f"lacks 1 variables the model needs: {missing}"):
         model.restore_pretrained(str(tmp_path))
+
+
+# -- a release download: electra_small/ with checkpoint, electra_small.{index,data-*}, vocab.txt --
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """electra_small/ as the release zip unpacks (tiny sizes, official names); returns its path
+    and the encoder values. Shared by the tests below: copy it before changing it."""
+    directory = tmp_path_factory.mktemp("download") / "electra_small"
+    directory.mkdir()
+    encoder = write_tf1_checkpoint(str(directory))
+    for path in directory.iterdir():
+        if path.name.startswith("model.ckpt-1000.") and not path.name.endswith(".meta"):
+            path.rename(directory / path.name.replace("model.ckpt-1000", "electra_small"))
+        else:
+            path.unlink()
+    (directory / "checkpoint").write_text('model_checkpoint_path: "electra_small"\n'
+                                          'all_model_checkpoint_paths: "electra_small"\n')
+    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "checkpoint", "electra_small.data-00000-of-00001", "electra_small.index", "vocab.txt"]
+    return directory, encoder
+
+
+def other_vocab(path) -> str:
+    """The fixture vocabulary with two tokens swapped: same size, other ids."""
+    tokens = list(VOCAB)
+    tokens[5], tokens[6] = tokens[6], tokens[5]
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def interop_hparams(**more) -> dict:
+    """docs/INTEROP.md's hparams, plus the tiny architecture the fixture checkpoint has."""
+    return dict({"model_size": "small", "task_names": ["sst"], "init_checkpoint": "electra_small",
+                 "model_hparam_overrides": TINY, "embedding_size": 16, "vocab_size": len(VOCAB),
+                 "max_seq_length": 16}, **more)
+
+
+def test_interop_command_on_a_release_download(release, tmp_path, monkeypatch):
+    """INTEROP.md's command as written, from the directory holding electra_small/; DATA has no
+    vocab.txt: the download's is used and its encoder weights are loaded."""
+    source, encoder = release
+    shutil.copytree(source, tmp_path / "electra_small")
+    write_fixtures(tmp_path / "DATA", tasks={"sst"})
+    monkeypatch.chdir(tmp_path)
+    # One step (2 examples, batch 2) at the first step's learning rate, 0: weights stay as loaded.
+    hparams = interop_hparams(train_batch_size=2, num_train_epochs=1.0, do_eval=False)
+    assert run_finetuning.main(["--data-dir", "DATA", "--model-name", "small",
+                                "--hparams", json.dumps(hparams)]) == 0
+    trial = tmp_path / "DATA" / "models" / "small" / "finetuning_models" / "sst_model_1"
+    settings = json.loads((trial / trainer.SETTINGS_FILE).read_text())
+    assert settings["init"] == "pretrained"
+    assert (trial / "vocab.txt").read_bytes() == (source / "vocab.txt").read_bytes()
+    tensors = checkpoint.read_all(str(trial))
+    assert tensors["global_step"] == 1
+    for name, value in encoder.items():
+        np.testing.assert_array_equal(tensors[name], value, err_msg=name)
+
+
+def finetune_config(data_dir, **hparams):
+    return configure_finetuning.FinetuningConfig.from_hparams("small", str(data_dir),
+                                                              interop_hparams(**hparams))
+
+
+def test_the_vocabulary_beside_a_checkpoint_prefix_or_dir_is_the_default(release, tmp_path):
+    source, _ = release
+    for init in (source, source / "electra_small"):
+        config = finetune_config(tmp_path, init_checkpoint=str(init))
+        assert config.vocab_file == str(source / "vocab.txt")
+    pretraining = configure_pretraining.PretrainingConfig.from_hparams(
+        "small", str(tmp_path), {"init_checkpoint": str(source)})
+    assert pretraining.vocab_file == str(source / "vocab.txt")
+    # The same vocabulary elsewhere (DATA/vocab.txt of the official setup) is no conflict.
+    shutil.copy(source / "vocab.txt", tmp_path / "vocab.txt")
+    assert finetune_config(tmp_path, init_checkpoint=str(source)).vocab_file == str(
+        source / "vocab.txt")
+
+
+def test_the_official_layout_data_models_name(release, tmp_path):
+    """The release's setup: the download unzipped under DATA/models/, no init_checkpoint; the
+    vocabulary in the model dir, or (moved out) in DATA/vocab.txt."""
+    source, _ = release
+    model_dir = tmp_path / "models" / "electra_small"
+    shutil.copytree(source, model_dir)
+    hparams = interop_hparams()
+    del hparams["init_checkpoint"]
+
+    def config():
+        return configure_finetuning.FinetuningConfig.from_hparams(
+            "electra_small", str(tmp_path), hparams)
+    assert config().init_checkpoint == str(model_dir)
+    assert config().vocab_file == str(model_dir / "vocab.txt")
+    (model_dir / "vocab.txt").rename(tmp_path / "vocab.txt")
+    assert config().vocab_file == str(tmp_path / "vocab.txt")
+    assert task_builder.build_tokenizer(config()).vocab_size == len(VOCAB)
+
+
+def test_a_vocabulary_other_than_the_checkpoints_is_refused_naming_both(release, tmp_path):
+    source, _ = release
+    own, other = str(source / "vocab.txt"), other_vocab(tmp_path / "other.txt")
+    with pytest.raises(HParamError) as set_by_user:
+        finetune_config(tmp_path, init_checkpoint=str(source), vocab_file=other)
+    assert f"hparam 'vocab_file' {other} is not the vocabulary" in str(set_by_user.value)
+    assert f"({own}, other content" in str(set_by_user.value)
+    assert f"Leave vocab_file unset to use {own}" in str(set_by_user.value)
+    # Unset, the data dir's differing vocab.txt is named; setting vocab_file is the way out.
+    other_vocab(tmp_path / "vocab.txt")
+    for make in (lambda **h: finetune_config(tmp_path, init_checkpoint=str(source), **h),
+                 lambda **h: configure_pretraining.PretrainingConfig.from_hparams(
+                     "small", str(tmp_path), dict(init_checkpoint=str(source), **h))):
+        with pytest.raises(HParamError) as by_default:
+            make()
+        message = str(by_default.value)
+        assert message.startswith(f"{tmp_path / 'vocab.txt'} is not the vocabulary the "
+                                  f"pre-trained model was trained with ({own}, other content)")
+        assert f'Set "vocab_file": "{own}" to use the checkpoint\'s' in message
+        assert make(vocab_file=own).vocab_file == own
+
+
+def test_a_vocabulary_of_another_size_than_the_table_is_refused(release, tmp_path):
+    """A checkpoint without a vocabulary beside it (the official layout: DATA/vocab.txt)."""
+    source, _ = release
+    bare = tmp_path / "bare"
+    shutil.copytree(source, bare)
+    (bare / "vocab.txt").unlink()
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB[:-1]) + "\n", encoding="utf-8")
+    config = finetune_config(tmp_path, init_checkpoint=str(bare))
+    assert config.vocab_file == str(tmp_path / "vocab.txt")
+    with pytest.raises(HParamError, match=(
+            f"vocabulary {tmp_path / 'vocab.txt'} has {len(VOCAB) - 1} tokens but the token "
+            f"embedding table of init_checkpoint {bare} .* has {len(VOCAB)} rows")):
+        task_builder.build_tokenizer(config)
