@@ -12,7 +12,7 @@ import time
 from configure_pretraining import PretrainingConfig
 from pretrain import evaluation, health, input_pipeline
 from pretrain.trainer import Trainer
-from util import checkpoint, preemption
+from util import checkpoint, place_locks, preemption
 from util import training_utils as tu
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def _report(config: PretrainingConfig, trainer: Trainer, result, elapsed: float,
 
 
 def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.DataFiles,
-          chief: bool, lock: tu.RunLock | None = None,
+          chief: bool, lock: place_locks.Locks | None = None,
           monitor: health.Monitor | None = None) -> None:
     """Trains from the trainer's step to num_train_steps. `monitor`: the run's health (the
     final eval's too, so a state found between evals reaches its results); the chief's own

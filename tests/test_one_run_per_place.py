@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+import build_pretraining_dataset
 import export_model
 import predict
 import pretrain_fixtures as fx
@@ -24,7 +25,7 @@ import run_finetuning
 import run_pretraining
 import score_text
 from tools import two_stage_init
-from util import checkpoint, place_locks
+from util import checkpoint, fs, io_utils, place_locks
 from util import training_utils as tu
 from util.place_locks import Place
 
@@ -164,6 +165,28 @@ def test_export_to_a_symlinked_output_replaces_what_it_points_to(tmp_path):
     assert os.path.islink(tmp_path / "link")  # still the user's link, to the new export
     assert os.listdir(tmp_path / "link") == ["new.txt"]
     assert sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+# -- build_pretraining_dataset.py -------------------------------------------------------------
+
+
+def test_a_build_is_refused_on_an_output_dir_another_build_writes_under_another_url(tmp_path,
+                                                                                  capsys):
+    # A lease of a run on another host (object stores have no exclusive create), met through
+    # another spelling of the same gs:// or ram:// directory.
+    lock = tu.RunLock("ram://build-spelling/out", filename=".build.lock")
+    with io_utils.atomic_open(lock.path) as f:
+        json.dump({"pid": 7, "host": "elsewhere", "started": time.time(),
+                   "refreshed": time.time()}, f)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("w1 w2 w3.\nw4 w5 w6.\n\nw7 w8.\n")
+    fx.write_vocab(str(tmp_path / "vocab.txt"))
+    assert build_pretraining_dataset.main([
+        "--corpus-dir", str(tmp_path / "corpus"), "--vocab-file", str(tmp_path / "vocab.txt"),
+        "--output-dir", "ram://build-spelling//out/", "--max-seq-length", "16",
+        "--num-out-files", "2", "--no-progress"]) == 2
+    assert "in use by another run (pid 7 on host elsewhere" in capsys.readouterr().err
+    assert fs.listdir("ram://build-spelling/out") == [".build.lock"]
 
 
 # -- readers of a model being trained ---------------------------------------------------------

@@ -1741,14 +1741,17 @@ def test_the_catalogue_is_large_and_covers_every_command():
 
 
 def test_an_export_to_a_file_url_replaces_the_old_one_in_one_rename(env, tmp_path, monkeypatch):
-    # A file:// URL is the local disk: the old export is swapped for the new one by renaming the
-    # directory (it used to be deleted, then the files moved in one by one).
+    # A file:// URL is the local disk: the old export is swapped for the new one in one step,
+    # an exchange of the two directories (it used to be deleted, then the files moved in one by
+    # one).
     out = tmp_path / "hf"
     out.mkdir()
     (out / "config.json").write_text("{}")
     renames = []
-    real_replace = fs.replace
+    real_replace, real_exchange = fs.replace, fs.exchange
     monkeypatch.setattr(fs, "replace", lambda a, b: renames.append((a, b)) or real_replace(a, b))
+    monkeypatch.setattr(fs, "exchange",
+                        lambda a, b: renames.append((a, b)) or real_exchange(a, b))
     assert export(env.model_dir, url(out, "//"), "--overwrite")() == 0
     into_output = [(a, b) for a, b in renames if fs.relation(b, str(out)) in ("same", "inside")]
     assert len(into_output) == 1, into_output
