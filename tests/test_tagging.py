@@ -181,7 +181,8 @@ def test_each_file_is_read_in_its_own_scheme(tmp_path):
     ("the DT B-NP\ncat NN E-NP\nsat VBD I-VP\n",
      r"train.txt:3: tag 'I-VP' after 'E-NP' is out of place in BIOES tags .* expected O, B- or S-"),
     ("the DT B-NP\ncat NN I-VP\nsat VBD S-VP\n",
-     r"train.txt:2: tag 'I-VP' after 'B-NP' is out of place in BIOES tags .* expected I-NP or E-NP"),
+     r"train.txt:2: tag 'I-VP' after 'B-NP' is out of place in BIOES tags .* "
+     r"expected I-NP or E-NP"),
     ("the DT S-NP\ncat NN B-NP\n",
      r"train.txt:2: tag 'B-NP' ends its sentence inside a chunk: BIOES chunks end with E-NP"),
 ])
