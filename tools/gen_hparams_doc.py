@@ -18,14 +18,31 @@ DOC_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
                         "HPARAMS.md")
 
 
+def escape_html_outside_code(text: str) -> str:
+    """`<` as `&lt;` outside code spans: GitHub would take `<task>` or `<type>` for an HTML tag
+    and drop it (inside a code span `&lt;` would show as typed)."""
+    parts = text.split("`")
+    return "`".join(part if i % 2 else part.replace("<", "&lt;") for i, part in enumerate(parts))
+
+
+def cell(text) -> str:
+    """A table cell's text with its pipes escaped: GitHub splits a row on every unescaped `|`,
+    even inside a code span (`str | None` would become two cells)."""
+    return escape_html_outside_code(str(text)).replace("|", "\\|")
+
+
+def row(cells) -> str:
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
+
+
 def table(config_class) -> str:
-    rows = ["| key | type | default | valid | meaning |", "|---|---|---|---|---|"]
+    rows = [row(["key", "type", "default", "valid", "meaning"]), "|---|---|---|---|---|"]
     valid = config_class.valid_values()
     for name, type_name, default, meaning in config_class.describe():
         if name in ("model_name", "data_dir"):
             continue  # command-line flags, not hparams
-        rows.append(f"| `{name}` | {type_name} | `{json.dumps(default)}` | {valid[name] or ''} "
-                    f"| {meaning} |")
+        rows.append(row([f"`{name}`", type_name, f"`{json.dumps(default)}`", valid[name] or "",
+                         meaning]))
     return "\n".join(rows)
 
 
