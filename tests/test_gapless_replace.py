@@ -48,21 +48,27 @@ def write(directory, files: dict[str, bytes]) -> None:
 
 
 class KillAt:
-    """fs.replace / fs.exchange / fs.rmtree patched: each call on an entry of `parent` (the
-    replacement's own renames and deletes, not the files written inside the new export) is a
-    step; `check` runs before every step, and the `at`-th step raises Killed instead."""
+    """fs.replace / fs.exchange / fs.rmtree patched: each call on `output` or a hidden sibling
+    of it (`.<name>.*`: the replacement's own renames and deletes, not the files written inside
+    the new export) is a step; `check` runs before every step, and the `at`-th step raises
+    Killed instead."""
 
-    def __init__(self, monkeypatch, parent, at: int, check, exchange: bool = True):
-        self.parent, self.at, self.steps, self.check = str(parent), at, [], check
+    def __init__(self, monkeypatch, output, at: int, check, exchange: bool = True):
+        self.output, self.at, self.steps, self.check = str(output), at, [], check
         for name in ("replace", "rmtree", "exchange"):
             real = getattr(fs, name, None)
             if name == "exchange" and not exchange:
                 real = lambda a, b: False  # noqa: E731 -- a system without renameat2
             monkeypatch.setattr(fs, name, self._step(name, real), raising=False)
 
+    def _is_output(self, path) -> bool:
+        path, name = str(path).rstrip("/"), os.path.basename(self.output)
+        return os.path.dirname(path) == os.path.dirname(self.output) and (
+            os.path.basename(path) == name or os.path.basename(path).startswith(f".{name}."))
+
     def _step(self, name, real):
         def step(*args):
-            if any(os.path.dirname(str(a).rstrip("/")) == self.parent for a in args):
+            if any(self._is_output(a) for a in args):
                 self.check(f"before {name}{args}")
                 self.steps.append(name)
                 if len(self.steps) == self.at:
@@ -94,7 +100,7 @@ def test_a_replacement_killed_at_any_step_leaves_the_old_or_the_new_export(tmp_p
             assert contents(output) in (OLD, NEW) or not exchange, when
 
         with monkeypatch.context() as patch:
-            kill = KillAt(patch, work, at, whole, exchange)
+            kill = KillAt(patch, output, at, whole, exchange)
             try:
                 replace_export(output)
             except Killed:
@@ -125,7 +131,7 @@ def test_export_overwrite_killed_between_its_renames_gets_the_old_export_back(
     write(output, {"mine.txt": b"a file the user put there"})
     before = contents(output)
     with monkeypatch.context() as patch:
-        KillAt(patch, tmp_path, 3, lambda when: None, exchange=False)  # exchange, replace: killed here
+        KillAt(patch, output, 3, lambda when: None, exchange=False)  # exchange, replace: killed here
         with pytest.raises(Killed):
             export_model.main(args + ["--overwrite"])
     assert not os.path.exists(output)  # the gap of a system without renameat2
@@ -143,7 +149,7 @@ def test_export_overwrite_killed_after_the_exchange_leaves_the_new_export(model,
     shutil.rmtree(os.path.join(output))
     write(output, OLD)
     with monkeypatch.context() as patch:
-        KillAt(patch, tmp_path, 2, lambda when: None)  # exchange done, killed before the old is deleted
+        KillAt(patch, output, 2, lambda when: None)  # exchange done, killed before the old is deleted
         with pytest.raises(Killed):
             export_model.main(args + ["--overwrite"])
     assert "model.safetensors" in os.listdir(output)

@@ -31,15 +31,16 @@ def lock_for(place: Place) -> RunLock:
     """The RunLock guarding `place` (not yet acquired)."""
     guards = f"{place.what} {place.path}"
     if place.written_into:
-        fs.makedirs(place.path)  # the lock file lives in it
-        return RunLock(place.path, guards=guards)
-    parent, name = os.path.split(fs.place(place.path).rstrip("/"))
-    return RunLock(parent, filename=f".{name}.lock", guards=guards)
+        fs.makedirs(_home(place))  # the lock file lives in it
+        return RunLock(_home(place), guards=guards)
+    return RunLock(_home(place), filename=f".{os.path.basename(fs.place(place.path))}.lock",
+                   guards=guards)
 
 
 def _home(place: Place) -> str:
-    """The directory the lock file of `place` lives in."""
-    return place.path if place.written_into else os.path.dirname(fs.place(place.path))
+    """The directory the lock file of `place` lives in, where it really is."""
+    real = fs.place(place.path)
+    return real if place.written_into else os.path.dirname(real)
 
 
 def _covered(place: Place, locked_dirs: list[str]) -> bool:
