@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 # Hparams whose change makes existing checkpoints a different model: resuming is refused.
 ARCHITECTURE_KEYS = ("model_size", "model_hparam_overrides", "embedding_size", "vocab_size",
                      "debug", "electra_objective", "uniform_generator", "untied_generator",
-                     "untied_generator_embeddings", "generator_hidden_size", "generator_layers",
-                     "two_tower_generator",
+                     "untied_generator_embeddings", "embedding_sharing", "generator_hidden_size",
+                     "generator_layers", "two_tower_generator",
                      # the objectives of configure_pretraining (pretrain/objectives/)
                      "replace_mlm", "all_tokens_mlm", "unigram_generator",
                      "adversarial_generator", "freeze_generator", "electric_objective")
