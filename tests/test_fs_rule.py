@@ -33,8 +33,9 @@ ALLOWED = {
         "local branch of atomic_open: fsync then atomic rename, which only a local file has",
     ("util/io_utils.py", "_local_atomic_open", "tempfile.mkstemp"):
         "local branch of atomic_open (a URL takes the gfile branch)",
-    ("util/io_utils.py", "_local_atomic_open", "os.chmod"):
-        "local branch of atomic_open: mkstemp's 0600 made the usual mode",
+    ("util/file_modes.py", "*", "*"):
+        "modes of local files and directories: only a local disk has them (callers pass local "
+        "paths only; a URL keeps what its store gives), and /proc or a probe file shows the umask",
     ("util/training_utils.py", "RunLock._create_local", "open"):
         "local lock: exclusive create (hard link / O_EXCL), which object stores lack",
     ("util/training_utils.py", "RunLock._create_local", "os.link"):
