@@ -77,6 +77,8 @@ class PretrainingConfig(HParams):
                              valid=AT_LEAST_ONE)
     eval_every_steps: int = hp(0, "evaluate on held-out data every this many steps during training (0: never)",
                                valid=NON_NEGATIVE)
+    health_every_steps: int = hp(200, "check the run's health (pretrain/health.py: discriminator stalled or calling every token replaced, generator too strong or idle) from the training batches' own discriminator and masked-LM figures, pooled over this many steps from warm-up + 20 on (checked at the end of the block of steps that reaches it, and at the end of training); costs under 2% of training time; 0: only at evals",
+                                 valid=NON_NEGATIVE)
     keep_checkpoint_max: int = hp(5, "checkpoints kept in the model dir (0: all, as tf.train.Saver)",
                                   valid=NON_NEGATIVE)
     probe_tasks: dict = hp({}, "frozen-feature probes run at every eval, task -> data: {\"pos\": CoNLL-2000 file, \"chunk\": CoNLL-2000 file, \"sst\": SST-2 dir}; accuracies reported as probe/<task>/<last|mean> (tools/probe.py)")

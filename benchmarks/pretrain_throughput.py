@@ -51,14 +51,16 @@ def config_hparams(size: str, batch: int, seq: int, dtype: str, xla: bool, **ext
     return hparams
 
 
-def write_synthetic_tfrecords(directory: str, seq: int, count: int = 512, seed: int = 0) -> str:
-    """`count` examples like the peer's batches: random word ids, [CLS] ... [SEP], no padding."""
+def write_synthetic_tfrecords(directory: str, seq: int, count: int = 512, seed: int = 0,
+                              vocab: int = VOCAB) -> str:
+    """`count` examples like the peer's batches: random word ids below `vocab`, [CLS] ...
+    [SEP], no padding."""
     import numpy as np
     from pretrain import pretrain_data
     rng = np.random.RandomState(seed)
     records = []
     for _ in range(count):
-        ids = rng.randint(common.FIRST_WORD_ID, VOCAB, seq)
+        ids = rng.randint(common.FIRST_WORD_ID, vocab, seq)
         ids[0], ids[-1] = common.CLS_ID, common.SEP_ID
         records.append(pretrain_data.serialize_example(ids.tolist(), [1] * seq, [0] * seq))
     path = os.path.join(directory, pretrain_data.shard_name(0, 1))

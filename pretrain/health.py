@@ -5,7 +5,9 @@ in words fitted to the run's objective and generator (`State.advice`).
 Pure logic (numpy only, no TensorFlow), so tests drive it with synthetic histories and the demo
 imports it cheaply. pretrain/evaluation.py feeds it every eval's metrics (pretrain_metrics.py plus
 `token_geometry` of the discriminator's last layer on held-out text); pretrain/loop.py feeds it
-the learning rate after every block of steps (the one check cheap enough between evals).
+the learning rate after every block of steps, and, every health_every_steps, the training
+batches' own figures (pretrain_metrics.train_health_figures and the block's masked-LM loss): the
+TRAIN_CHECKED states are then watched in every run, with evals or without.
 
 A state's `test(history, run)` looks at the evals so far (oldest first, each a metrics dict with
 `global_step`); `Monitor` keeps which states are active, logs each change once, and gives the
@@ -295,6 +297,20 @@ LR_ZERO = State(
 BY_NAME = {state.name: state for state in STATES + (LR_ZERO,)}
 
 
+# The states whose rules read only figures a training step computes anyway (its discriminator's
+# predictions against its labels, its masked-LM loss): checked on the training batches too.
+TRAIN_CHECKED = ("disc_stalled", "disc_all_replaced", "generator_too_strong", "generator_idle")
+# Which check reads which states: a state stays active while any check that reads it finds it.
+CHECKS = {"eval": tuple(state.name for state in STATES), "train": TRAIN_CHECKED,
+          "lr": (LR_ZERO.name,)}
+
+
+def training_window_start(run: RunFacts) -> int:
+    """The first step whose training batches the TRAIN_CHECKED states are read from: before it
+    a discriminator is still at its starting answer and chance ranking (DISC_GRACE_STEPS)."""
+    return run.num_warmup_steps + DISC_GRACE_STEPS
+
+
 def assess(history: Sequence[Mapping], run: RunFacts) -> list[str]:
     """Names of the eval-time states true at the newest eval of `history`."""
     return [state.name for state in STATES if history and state.test(history, run)]
@@ -320,10 +336,11 @@ def token_geometry(vectors: np.ndarray) -> dict[str, float]:
             "repr_min_dim_spread": float(spread.min() / median) if median > 0 else 0.0}
 
 
-def describe(state_name: str, step: int, run: RunFacts | None = None) -> str:
-    """The state's warning, its advice fitted to `run` (None: the default words)."""
+def describe(state_name: str, step: int, run: RunFacts | None = None, where: str = "") -> str:
+    """The state's warning, its advice fitted to `run` (None: the default words); `where`: what
+    it was read off, e.g. " (training batches of steps 201-400)"."""
     words = BY_NAME[state_name].advice(run)
-    return (f"health: {state_name} since step {step}: {words['what']}. Likely causes: "
+    return (f"health: {state_name} since step {step}{where}: {words['what']}. Likely causes: "
             f"{words['causes']}. Try: {words['remedy']}")
 
 
@@ -347,13 +364,22 @@ class Monitor:
         self.history = [dict(h) for h in history]
         self.active: dict[str, int] = dict(self.history[-1].get("health", {})) \
             if self.history else {}
+        # The states each check (CHECKS) finds now. A state is active while any of them finds
+        # it, so the held-out and the training batches' readings of one state do not toggle it.
+        # A resumed run's states are the recorded evals' (an eval's `health` holds all found).
+        self._found = {check: set() for check in CHECKS}
+        for name in self.active:
+            check = next((c for c, names in CHECKS.items() if name in names), None)
+            if check is not None:
+                self._found[check].add(name)
 
-    def _update(self, names: Iterable[str], step: int, checked: Iterable[str]) -> None:
-        names, checked = set(names), set(checked)
-        for name in sorted(names - set(self.active)):
+    def _update(self, check: str, names: Iterable[str], step: int, where: str = "") -> None:
+        self._found[check] = set(names) & set(CHECKS[check])
+        found = set().union(*self._found.values())
+        for name in sorted(found - set(self.active)):
             self.active[name] = step
-            log.warning("%s", describe(name, step, self.run))
-        for name in sorted((set(self.active) - names) & checked):
+            log.warning("%s", describe(name, step, self.run, where))
+        for name in sorted((set(self.active) - found) & set(CHECKS[check])):
             log.info("health: %s cleared at step %d (began at step %d)", name, step,
                      self.active.pop(name))
 
@@ -361,8 +387,20 @@ class Monitor:
         """Checks the eval of `step`; returns the `health` entry: {state: step it began}."""
         entry = dict(metrics, global_step=step)
         self.history = [h for h in self.history if h["global_step"] < step] + [entry]
-        self._update(assess(self.history, self.run), step, [s.name for s in STATES])
+        self._update("eval", assess(self.history, self.run), step)
         return dict(self.active)
+
+    def after_training_batches(self, first_step: int, step: int, figures: Mapping) -> bool:
+        """The training batches' check of steps first_step + 1 .. step: `figures` as an eval's
+        metrics (disc_auc_real, disc_positive_rate, disc_replaced_rate, masked_lm_loss), pooled
+        over those steps. True when a state began or cleared."""
+        before = dict(self.active)
+        entry = dict(figures, global_step=step)
+        names = [state.name for state in STATES
+                 if state.name in TRAIN_CHECKED and state.test([entry], self.run)]
+        self._update("train", names, step,
+                     f" (read off the training batches of steps {first_step + 1}-{step})")
+        return before != self.active
 
     def after_steps(self, step: int, learning_rate: float) -> bool:
         """The between-evals check; True when a state began or cleared. A rate of 0 at the
@@ -370,7 +408,7 @@ class Monitor:
         early still reports it at its final eval."""
         before = dict(self.active)
         if lr_at_zero(step, learning_rate, self.run):
-            self._update([LR_ZERO.name], step, [LR_ZERO.name])
+            self._update("lr", [LR_ZERO.name], step)
         elif learning_rate > 0.0:
-            self._update([], step, [LR_ZERO.name])
+            self._update("lr", [], step)
         return before != self.active

@@ -10,7 +10,7 @@ import math
 import time
 
 from configure_pretraining import PretrainingConfig
-from pretrain import evaluation, health, input_pipeline
+from pretrain import evaluation, health, input_pipeline, training_health
 from pretrain.trainer import Trainer
 from util import checkpoint, place_locks, preemption
 from util import training_utils as tu
@@ -104,6 +104,7 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
     iterator = trainer.train_iterator(files.train)
     if monitor is None and chief:
         monitor = evaluation.new_monitor(config)
+    checks = training_health.HealthChecks(config.health_every_steps, monitor, writer)
     last_saved = manager.latest()
     saved_step = step  # the state at `step` is on disk (restored from it, or step 0)
     start = last_save_time = time.time()
@@ -129,7 +130,7 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
                 _stop_for_preemption(trainer, saved_step, save)
             if block_end <= step:
                 block_end = _next_stop(step, config)
-            loop_start = time.time()
+            loop_start, block_start = time.time(), step
             # The first block is one step, so that its progress line marks when tracing and the
             # first compiles ended; the next one ends where the first would have (blocks do
             # not change results).
@@ -141,9 +142,7 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
             if not result.finite:
                 raise _non_finite_error(result, step + 1, last_saved)
             lr = _report(config, trainer, result, elapsed, progress, writer)
-            if monitor is not None and monitor.after_steps(step, lr):
-                writer.scalars(step, {health.LR_ZERO.name: float(
-                    health.LR_ZERO.name in monitor.active)}, prefix="health/")
+            checks.after_block(result, block_start, step, lr)
             if lock is not None:
                 lock.heartbeat()
             if result.stop_reason == preemption.StopReason.PREEMPTED or \
@@ -158,6 +157,7 @@ def train(config: PretrainingConfig, trainer: Trainer, files: input_pipeline.Dat
                     step >= config.num_train_steps and config.do_eval):
                 _eval_or_stop(config, trainer, files.eval, chief, writer, monitor, saved_step,
                               save)
+        checks.finish(step, config.model_dir)
     finally:
         progress.close()
         writer.close()

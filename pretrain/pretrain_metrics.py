@@ -18,6 +18,11 @@ and, beyond the official ones, for the run's health checks (pretrain/health.py):
 
 disc_auc follows the official call exactly: labels and probabilities are multiplied by the input
 mask and no weights are passed, so padding positions count as negatives predicted at 0.
+
+The training step adds `train_health_sums(outputs)` to its own metric sums (a vector of
+TRAIN_HEALTH_SUMS: counts over real tokens and the real-token AUC histograms, from the
+discriminator outputs the step computes anyway), and `train_health_figures(sums)` turns a block's
+totals into the same three health figures, read off the training batches between evals.
 """
 import numpy as np
 import tensorflow as tf
@@ -73,6 +78,47 @@ def batch_sums(out) -> dict:
         sums["auc_real_neg"] = tf.math.unsorted_segment_sum(
             f32(~auc_labels & real), bucket, num_buckets)
     return sums
+
+
+# The training step's histogram buckets: those of THRESHOLDS that a probability in [0, 1] can
+# fall in (1 .. NUM_THRESHOLDS - 1 thresholds below it), found by arithmetic (XLA-friendly).
+_TRAIN_BUCKETS = NUM_THRESHOLDS - 1
+TRAIN_HEALTH_SUMS = ("disc_real", "disc_pred_pos", "disc_label_pos") + tuple(
+    f"auc_real_{kind}_{b}" for kind in ("pos", "neg") for b in range(_TRAIN_BUCKETS))
+
+
+def train_health_sums(out) -> tf.Tensor:
+    """float32 [len(TRAIN_HEALTH_SUMS)]: one training micro-batch's real tokens, those called
+    replaced and those replaced, and its real-token AUC histograms. Read from the outputs the
+    step has computed; adds no randomness and changes none of its values."""
+    mask = tf.reshape(tf.cast(out.input_mask, tf.float32), [-1])
+    labels = tf.reshape(tf.cast(out.disc_labels, tf.float32), [-1]) * mask
+    preds = tf.reshape(tf.cast(out.disc_preds, tf.float32), [-1]) * mask
+    probs = tf.reshape(tf.cast(out.disc_probs, tf.float32), [-1])
+    # batch_sums' bucket: how many thresholds lie below p, about ceil(199 p); float rounding
+    # puts that one off where p sits on a threshold, which one comparison each way sets right.
+    thresholds = tf.constant(THRESHOLDS)
+    guess = tf.clip_by_value(tf.cast(tf.math.ceil(probs * float(NUM_THRESHOLDS - 1)), tf.int32),
+                             1, _TRAIN_BUCKETS)
+    below = guess - tf.cast(tf.gather(thresholds, guess - 1) >= probs, tf.int32) + \
+        tf.cast(tf.gather(thresholds, guess) < probs, tf.int32)
+    bucket = tf.clip_by_value(below, 1, _TRAIN_BUCKETS) - 1
+    pos = tf.math.unsorted_segment_sum(labels, bucket, _TRAIN_BUCKETS)
+    neg = tf.math.unsorted_segment_sum(mask - labels, bucket, _TRAIN_BUCKETS)
+    counts = tf.stack([tf.reduce_sum(mask), tf.reduce_sum(preds), tf.reduce_sum(labels)])
+    return tf.concat([counts, pos, neg], 0)
+
+
+def train_health_figures(sums: np.ndarray) -> dict:
+    """Totals of train_health_sums -> disc_auc_real, disc_positive_rate, disc_replaced_rate
+    (the names and meanings of the eval's, over the training batches' real tokens)."""
+    sums = np.asarray(sums, np.float64)
+    real, called, replaced = sums[:3]
+    histograms = np.zeros((2, NUM_THRESHOLDS + 1))
+    histograms[:, 1:NUM_THRESHOLDS] = sums[3:].reshape(2, _TRAIN_BUCKETS)
+    return {"disc_auc_real": auc_from_histograms(histograms[0], histograms[1]),
+            "disc_positive_rate": called / real if real else 0.0,
+            "disc_replaced_rate": replaced / real if real else 0.0}
 
 
 def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:

@@ -48,6 +48,9 @@ class LoopResult(NamedTuple):
     finite: bool  # False: stopped at a non-finite loss/gradient (no update applied for it)
     bad_metrics: dict  # the non-finite step's metrics (empty when finite)
     stop_reason: int = preemption.StopReason.NONE  # ended early: a signal or the time interval
+    # Sums of pretrain_metrics.TRAIN_HEALTH_SUMS over the applied steps (None: not computed,
+    # health_every_steps 0 or no discriminator).
+    health_sums: np.ndarray | None = None
 
 
 class Trainer:
@@ -78,6 +81,10 @@ class Trainer:
         with self.strategy.scope():
             self.model = PretrainingModel(config, special_ids,
                                           unigram_counts=_unigram_counts(config))
+            # The health checks' counts ride along with the step's metric sums (loop.py).
+            self.health_sums = config.health_every_steps > 0 and self.model.has_discriminator
+            metric_names = TRAIN_METRICS[:-1] + (
+                pretrain_metrics.TRAIN_HEALTH_SUMS if self.health_sums else ())
             self.model_vars = self.model.model_variables()
             self.trainable = [v for v in self.model_vars.values() if v.trainable]
             self.optimizer = optimization.create_optimizer(
@@ -94,7 +101,7 @@ class Trainer:
                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             self.engine = StepEngine(
                 self.strategy, self.optimizer, self.trainable, inputs_fn=self._step_inputs,
-                loss_fn=self._loss, metric_names=TRAIN_METRICS[:-1], float16=self.float16,
+                loss_fn=self._loss, metric_names=metric_names, float16=self.float16,
                 state_prefix=STATE_PREFIX, accumulation_steps=k, use_xla=self.use_xla,
                 always_save_loss_scale=True,
                 clip_per_replica=config.clip_norm if config.clip_per_replica else None)
@@ -220,8 +227,7 @@ class Trainer:
                          denominators=denominators)
         return out.total_loss, self._local_metrics(out)
 
-    @staticmethod
-    def _local_metrics(out) -> tf.Tensor:
+    def _local_metrics(self, out) -> tf.Tensor:
         w = out.masked_lm_weights
         mlm_correct = tf.reduce_sum(w * tf.cast(tf.equal(out.masked_lm_preds,
                                                          out.masked_lm_ids), tf.float32))
@@ -232,8 +238,11 @@ class Trainer:
             disc_weight = tf.reduce_sum(mask)
         else:
             disc_correct = disc_weight = tf.constant(0.0)
-        return tf.stack([out.total_loss, out.mlm_loss, out.disc_loss, mlm_correct,
-                         tf.reduce_sum(w), disc_correct, disc_weight])
+        metrics = tf.stack([out.total_loss, out.mlm_loss, out.disc_loss, mlm_correct,
+                            tf.reduce_sum(w), disc_correct, disc_weight])
+        if not self.health_sums:
+            return metrics
+        return tf.concat([metrics, pretrain_metrics.train_health_sums(out)], 0)
 
     def train_steps(self, iterator, num_steps: int, deadline: float = math.inf) -> LoopResult:
         """Runs up to `num_steps` steps in one call. Stops early at a non-finite step, and after
@@ -252,8 +261,12 @@ class Trainer:
             metrics["disc_loss"] = named["disc_loss"] / n
             metrics["disc_accuracy"] = named["disc_correct"] / max(named["disc_weight"], 1e-9)
         metrics = {k: float(v) for k, v in metrics.items()}
-        bad = {} if steps.finite else {k: float(v) for k, v in steps.last.items()}
-        return LoopResult(metrics, steps.ran, steps.counted, steps.finite, bad, steps.stop_reason)
+        bad = {} if steps.finite else {k: float(v) for k, v in steps.last.items()
+                                       if k in TRAIN_METRICS}
+        health_sums = np.array([named[k] for k in pretrain_metrics.TRAIN_HEALTH_SUMS],
+                               np.float64) if self.health_sums else None
+        return LoopResult(metrics, steps.ran, steps.counted, steps.finite, bad, steps.stop_reason,
+                          health_sums)
 
     # -- evaluation ----------------------------------------------------------------------------
 

@@ -225,3 +225,40 @@ def test_float16_uses_dynamic_loss_scaling_and_skips_overflows(trained):
     assert skipped.finite and skipped.steps_run == 1 and skipped.steps_applied == 0
     assert trainer.global_step == step and trainer.loss_scale.numpy() == pytest.approx(5e37)
     np.testing.assert_array_equal(kernel.numpy(), before)
+
+
+# -- the health checks every run makes from its training batches (pretrain/training_health.py) --
+
+
+def test_a_run_with_default_health_hparams_is_flagged_from_its_training_batches(trained, caplog):
+    """Without do_eval or eval_every_steps (their defaults), a run whose discriminator learns
+    to call every token replaced (electra_15 on the toy language, tests/test_health_runs.py) is
+    flagged from the training batches after warm-up + 20 steps: in the log, with its advice,
+    and in TensorBoard; no results file is written (those stay do_eval's)."""
+    config, _ = trained
+    cfg = _config(config.data_dir, "flagged", electra_15=True, num_warmup_steps=0,
+                  num_train_steps=30, iterations_per_loop=10, save_checkpoints_steps=30)
+    assert (cfg.health_every_steps, cfg.do_eval, cfg.eval_every_steps) == (200, False, 0)
+    with caplog.at_level("INFO"):
+        run_pretraining.train_or_eval(cfg)
+    assert "health: disc_all_replaced since step 30 (read off the training batches of steps " \
+           "21-30)" in caplog.text and "Try: electra_15 false" in caplog.text
+    assert "health at the end of training (step 30): disc_all_replaced since step 30" in \
+        caplog.text
+    scalars = tu.read_scalars(cfg.model_dir)
+    assert scalars["health/disc_all_replaced"] == [(30, 1.0)]
+    assert scalars["train/disc_positive_rate"][0][1] > 0.9
+    assert not os.path.exists(os.path.dirname(cfg.results_json))
+
+
+def test_the_health_counts_change_nothing_the_step_computes(trained):
+    """The counts ride in the step's metric vector: the same losses, norms and weights, bit for
+    bit, as a step without them (health_every_steps 0), and no random numbers drawn."""
+    config, _ = trained
+    plain, plain_weights = _one_step_weights(_config(config.data_dir, health_every_steps=0))
+    checked, checked_weights = _one_step_weights(_config(config.data_dir))
+    assert plain.health_sums is None and checked.health_sums is not None
+    assert checked.health_sums[0] > 0  # real tokens counted
+    assert checked.metrics == plain.metrics
+    for name, value in plain_weights.items():
+        np.testing.assert_array_equal(checked_weights[name], value, err_msg=name)
