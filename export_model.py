@@ -54,7 +54,7 @@ import numpy as np
 from model import hf_conversion as hf
 from model import model_dir as model_dir_lib
 from model import tokenization
-from util import checkpoint, file_modes, fs, io_utils, place_locks
+from util import checkpoint, file_modes, fs, io_utils, place_locks, write_errors
 
 log = logging.getLogger("export_model")
 
@@ -108,13 +108,15 @@ def atomic_output_dir(path: str, overwrite: bool = False):
             raise ValueError(f"output {path} already exists; pass --overwrite to replace it")
         parent = os.path.dirname(target)
         fs.makedirs(parent)
-        tmp = _make_temp_dir(parent, io_utils.temp_dir_prefix(target))
-        try:
-            yield tmp
-        except BaseException:
-            fs.rmtree(tmp)
-            raise
-        io_utils.replace_dir(tmp, target)
+        # A full or read-only disk is said of --output, not of the temporary built beside it.
+        with write_errors.naming(target, "--output"):
+            tmp = _make_temp_dir(parent, io_utils.temp_dir_prefix(target))
+            try:
+                yield tmp
+            except BaseException:
+                fs.rmtree(tmp)
+                raise
+            io_utils.replace_dir(tmp, target)
 
 
 def _make_temp_dir(parent: str, prefix: str) -> str:
@@ -506,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
                             "--output": args.output, "--checkpoint": args.checkpoint,
                             "--vocab-file": args.vocab_file,
                             "--import-generator": args.import_generator})
+        # Before any model is read: an --output whose directory cannot be written.
+        write_errors.check_writable("--output", args.output)
         if args.import_dir:
             if args.format != "huggingface":
                 raise ValueError("--import-dir reads Hugging Face directories: use --format "

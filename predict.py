@@ -44,6 +44,7 @@ from util import fs
 from util import io_utils
 from util import out_of_memory
 from util import preemption
+from util import write_errors
 from util.hparams import HParamError
 
 log = logging.getLogger("predict")
@@ -86,7 +87,7 @@ def _output(path: str):
         yield sys.stdout
         sys.stdout.flush()
     else:
-        with io_utils.atomic_open(path, "w") as f:
+        with write_errors.naming(path, "--output"), io_utils.atomic_open(path, "w") as f:
             yield f
 
 
@@ -103,8 +104,10 @@ def check_paths(args) -> None:
         if fs.isdir(args.input):
             raise ValueError(f"--input {args.input} is a directory; give a file (or - for "
                              "standard input)")
-        if not fs.isfile(args.input):
+        if not fs.exists(args.input):  # a pipe or /dev/null exists, and is read as stdin is
             raise ValueError(f"--input {args.input} does not exist")
+        if fs.isfile(args.input) and fs.getsize(args.input) == 0:
+            raise ValueError(f"--input {args.input} is empty: there is nothing to predict")
     if args.output == "-":
         return
     if fs.isdir(args.output):
@@ -116,6 +119,7 @@ def check_paths(args) -> None:
     parent = os.path.dirname(fs.abspath(args.output))
     if not fs.isdir(parent):
         raise ValueError(f"--output {args.output}: directory {parent} does not exist")
+    write_errors.check_writable("--output", args.output)  # now, not after the predictions
 
 
 def check_output_apart_from_model(output: str, md: model_dir_lib.ModelDir) -> None:
@@ -132,14 +136,18 @@ def check_output_apart_from_model(output: str, md: model_dir_lib.ModelDir) -> No
 
 
 def warn_if_unfinished(md: model_dir_lib.ModelDir) -> None:
-    """A trial halted before its last step predicts with a partly trained model: said so."""
+    """A trial halted before its last step, or one that diverged, predicts with a partly
+    trained model: said so, with what a re-run would (not) change."""
     saved = io_utils.read_json(os.path.join(md.path, model_dir_lib.FINETUNE_CONFIG_FILE))
     results = os.path.join(md.path, trainer.RESULTS_FILE)
-    train_steps = saved.get("train_steps")
-    if train_steps is None and fs.exists(results):
-        train_steps = io_utils.read_json(results).get("train_steps")
+    record = io_utils.read_json(results) if fs.exists(results) else {}
+    train_steps = saved.get("train_steps") or record.get("train_steps")
     step = int(md.checkpoint.rsplit("-", 1)[1]) if "-" in md.checkpoint else None
-    if train_steps is None:
+    if record.get("diverged"):
+        log.warning("%s is a trial that diverged (%s): these are the predictions of its last "
+                    "good checkpoint (step %s); re-running its command would diverge again, so "
+                    "train another trial with other settings", md.path, record["diverged"], step)
+    elif train_steps is None:
         log.warning("%s records no step count, so whether its training finished is unknown",
                     md.path)
     elif step is not None and step < train_steps:
@@ -150,31 +158,38 @@ def warn_if_unfinished(md: model_dir_lib.ModelDir) -> None:
 
 @contextlib.contextmanager
 def _input_file(path: str):
-    """The input as a file: standard input is copied to a temporary file first, so every format
-    (tables, CoNLL, SQuAD) reads from it; messages name it <stdin>."""
-    if path != "-":
+    """The input as a regular file: standard input, and a pipe or device given as --input
+    (/dev/stdin, bash's <(...), /dev/null), are copied to a temporary file first, so every
+    format (tables, CoNLL, SQuAD) reads from it; messages name it as given (<stdin>). An input
+    with nothing in it is refused: there is nothing to predict."""
+    if path != "-" and fs.isfile(path):
         yield path
         return
+    name = "<stdin>" if path == "-" else path
     with tempfile.TemporaryDirectory() as directory:
         copy = os.path.join(directory, "stdin")
-        with open(copy, "wb") as f:
-            shutil.copyfileobj(sys.stdin.buffer, f)
+        with open(copy, "wb") as f, (contextlib.nullcontext(sys.stdin.buffer) if path == "-"
+                                     else fs.open(path, "rb")) as source:
+            shutil.copyfileobj(source, f)
+        if fs.getsize(copy) == 0:
+            shown = "standard input" if path == "-" else f"--input {path}"
+            raise ValueError(f"{shown} is empty: there is nothing to predict")
         try:
             yield copy
         except task_lib.TaskDataError as e:
-            raise task_lib.TaskDataError(str(e).replace(copy, "<stdin>")) from None
+            raise task_lib.TaskDataError(str(e).replace(copy, name)) from None
 
 
 def predict(args) -> int:
     check_paths(args)
-    md = model_dir_lib.read_model_dir(args.model_dir, checkpoint_path=args.checkpoint,
-                                      vocab_file=args.vocab_file)
-    check_output_apart_from_model(args.output, md)
-    config, tasks, model = serving.load_finetuned(md)
-    warn_if_unfinished(md)
-    task = pick_task(tasks, args.task)
-    fmt = args.format or prediction.guess_format(args.input)
-    with _input_file(args.input) as path:
+    with _input_file(args.input) as path:  # read first: an empty input before the model loads
+        md = model_dir_lib.read_model_dir(args.model_dir, checkpoint_path=args.checkpoint,
+                                          vocab_file=args.vocab_file)
+        check_output_apart_from_model(args.output, md)
+        config, tasks, model = serving.load_finetuned(md)
+        warn_if_unfinished(md)
+        task = pick_task(tasks, args.task)
+        fmt = args.format or prediction.guess_format(args.input)
         examples = prediction.read_examples(task, path, fmt)
     predictor = prediction.Predictor(config, tasks, model, task,
                                      args.batch_size or config.predict_batch_size)

@@ -47,6 +47,7 @@ from util import preemption
 from util import record_check
 from util import resume
 from util import training_utils
+from util import write_errors
 
 log = logging.getLogger("run_finetuning")
 
@@ -313,6 +314,8 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     preprocessor = preprocessing.Preprocessor(config, tasks)
     keys = trial_keys(config, tasks, preprocessor)
     summary = None
+    for place in outputs.places(config, tasks):  # refused now, not when the run writes there
+        write_errors.check_writable(place.what, place.path, place.written_into)
     with place_locks.holding(outputs.places(config, tasks)):
         records, models = [], trial_model.Cache()
         for trial in range(1, config.num_trials + 1):

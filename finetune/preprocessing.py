@@ -37,6 +37,7 @@ from util import io_utils
 from util import preemption
 from util import task_spec
 from util import tf_data
+from util import write_errors
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,9 @@ class Preprocessor:
         if is_training:
             # Mix tasks and examples once at write time; each epoch reshuffles a window on top.
             random.Random(self._config.seed).shuffle(examples)
-        n_examples, n_real = self._write(examples, is_training, record_path, batch_size)
+        # A full or read-only disk is said of the cache file, not of its temporary.
+        with write_errors.naming(record_path, "feature cache file"):
+            n_examples, n_real = self._write(examples, is_training, record_path, batch_size)
         io_utils.write_json(metadata_path, {"key": key, "n_examples": n_examples,
                                             "n_real": n_real})
         return PreparedData(record_path, n_examples, n_real, batch_size, key)

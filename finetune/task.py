@@ -71,7 +71,7 @@ def spec_file(spec, split: str) -> str:
         raise TaskDataError(f"{spec.where()} names no {split} file")
     path = spec.files[split]
     if not fs.isfile(path):
-        raise TaskDataError(f"{spec.where(split)}: file {path} not found")
+        raise TaskDataError(f"{spec.where(split)}: file {path} {fs.not_a_file(path)}")
     return path
 
 

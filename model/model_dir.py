@@ -153,7 +153,7 @@ def read_model_dir(path: str, checkpoint_path: str | None = None,
     do_lower_case = bool(settings.get("do_lower_case", True))
     vocab = vocab_file or _find_vocab(path, kind)
     if vocab_file and not fs.isfile(vocab_file):
-        raise ValueError(f"vocabulary file {vocab_file} does not exist")
+        raise ValueError(f"vocabulary file {vocab_file} {fs.not_a_file(vocab_file)}")
     if vocab:
         size = len(tokenization.load_vocab(vocab))
         if size > bert_config.vocab_size:  # its last ids would index past the embedding table

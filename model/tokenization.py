@@ -202,7 +202,7 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
         the file and line).
     """
     if not fs.isfile(vocab_file):
-        raise ValueError(f"vocabulary file {vocab_file} does not exist")
+        raise ValueError(f"vocabulary file {vocab_file} {fs.not_a_file(vocab_file)}")
     if is_sentencepiece_model(vocab_file):
         return dict(SentencePieceTokenizer(vocab_file).vocab)
     data = fs.read_bytes(vocab_file)
@@ -445,7 +445,7 @@ class SentencePieceTokenizer(_TokenizerBase):
         import sentencepiece as spm  # imported here so WordPiece users never need it
 
         if not fs.isfile(model_file):
-            raise ValueError(f"SentencePiece model {model_file} does not exist")
+            raise ValueError(f"SentencePiece model {model_file} {fs.not_a_file(model_file)}")
         self._source = model_file
         self.model_file = model_file
         self.do_lower_case = do_lower_case

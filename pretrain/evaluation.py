@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from configure_pretraining import PretrainingConfig
 from model import probing, tokenization
-from pretrain import health, input_pipeline
+from pretrain import health, input_pipeline, pretrain_data
 from pretrain.trainer import Trainer
 from util import fs, io_utils, record_check
 from util import training_utils as tu
@@ -37,13 +37,36 @@ def check_eval_data(config: PretrainingConfig, files: input_pipeline.DataFiles) 
                          f"{'no file' if not files.eval else 'only empty files'}; do_eval and "
                          "eval_every_steps need held-out data there")
     if available == 0:
-        raise ValueError("do_eval and eval_every_steps need held-out data: set hparam "
-                         "eval_tfrecords, or build the data with held-out shards "
-                         "(metadata.json 'eval_files')")
+        raise ValueError("do_eval and eval_every_steps need held-out data: "
+                         f"{_why_no_held_out_data(files)}set hparam eval_tfrecords, or build the "
+                         "data with held-out shards (metadata.json 'eval_files')")
     needed = config.num_eval_steps * config.eval_batch_size
     if available < needed:
         log.info("held-out set has %d examples; %d eval batches of %d reuse some of them",
                  available, config.num_eval_steps, config.eval_batch_size)
+
+
+def _why_no_held_out_data(files: input_pipeline.DataFiles) -> str:
+    """What the data's metadata.json says of its held-out split (a corpus too small for one
+    builds without it), as the start of a sentence; "" when there is no metadata to read."""
+    for directory in sorted({os.path.dirname(f) for f in files.train}):
+        path = os.path.join(directory, pretrain_data.METADATA_FILE)
+        try:
+            metadata = io_utils.read_json(path) if fs.isfile(path) else None
+        except ValueError:
+            continue
+        if not isinstance(metadata, dict):
+            continue
+        corpus = (metadata.get("corpus") or {}).get("dir", "its corpus")
+        if files.eval:
+            return (f"the held-out shards of {directory} hold no example ({corpus} was too small "
+                    "for a held-out split); ")
+        fraction = metadata.get("eval_fraction")
+        why = (f", but {corpus} was too small for a held-out split: see the build's warning"
+               if fraction else "")
+        return (f"{directory} was built without held-out shards (--eval-fraction "
+                f"{fraction}{why}); ")
+    return ""
 
 
 @functools.lru_cache(maxsize=1)

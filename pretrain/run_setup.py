@@ -23,7 +23,7 @@ from model import pretrained_vocab, tokenization
 from pretrain import data_record, evaluation, input_pipeline, pretrain_data
 from pretrain.masking import SpecialIds
 from pretrain.trainer import Trainer
-from util import checkpoint, fs, io_utils, record_check, resume, tf_data
+from util import checkpoint, fs, io_utils, record_check, resume, tf_data, write_errors
 from util import training_utils as tu
 from util.hparams import HParamError
 from util.place_locks import Place
@@ -67,6 +67,9 @@ def check_run(config: PretrainingConfig, chief: bool
         ok, reason = tu.is_writable_dir(config.model_dir)
         if not ok:
             raise ValueError(f"cannot write to model dir {config.model_dir}: {reason}")
+    if chief:  # results and the eval history too, wherever hparams put them: now, not at an eval
+        for place in output_places(config)[1:]:
+            write_errors.check_writable(place.what, place.path, place.written_into)
     return special_ids, files
 
 

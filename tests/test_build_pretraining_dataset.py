@@ -337,10 +337,31 @@ def test_auto_shard_count_is_announced(tmp_path, vocab_file):
                      eval_fraction=0.02, messages=messages)
     assert metadata["num_out_files"] == 1  # a few KB of text: one shard, no held-out split
     assert any(m.startswith("Writing 1 shards for") for m in messages)
-    assert any("No held-out split" in m for m in messages)
+    assert any(m.startswith(f"Warning: no held-out split: --corpus-dir {tmp_path / 'corpus'} "
+                            "(2 file(s), ") and "pass --num-out-files 2 or more" in m
+               for m in messages)
     assert dataset_builder.auto_num_out_files(54e6, 2, 0.02) == 50
     assert dataset_builder.auto_num_out_files(40e9, 1, 0.02) == 1193
     assert dataset_builder.auto_num_out_files(1e6, 1, 0.0) == 4
+
+
+def test_a_corpus_too_small_for_a_held_out_split_says_so(tmp_path, vocab_file):
+    """One small file is one piece of work, and a held-out split needs two: the warning names
+    the corpus, its size and what to change (it used to say only "No held-out split: the corpus
+    gives only 1 piece(s) of work for 2 shard(s)")."""
+    make_corpus(tmp_path / "corpus", num_files=1)
+    messages = []
+    metadata = build(tmp_path / "corpus", tmp_path / "out", vocab_file, num_out_files=2,
+                     eval_fraction=0.02, messages=messages)
+    assert metadata["eval_files"] == []
+    size = (tmp_path / "corpus" / "part_0.txt").stat().st_size
+    warning = [m for m in messages if m.startswith("Warning: no held-out split")]
+    assert warning == [
+        f"Warning: no held-out split: --corpus-dir {tmp_path / 'corpus'} (1 file(s), "
+        f"{size / 1e6:.3g} MB) is too small to hold out --eval-fraction 0.02 of it: it makes "
+        "one piece of work (a single file under 128 KB is not split) and a held-out split "
+        "needs two. Add text (another file), or pass --eval-fraction 0 to build without one "
+        "(pre-training then evaluates only with hparam eval_tfrecords)"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,6 +497,36 @@ def test_vocab_size_trains_sentencepiece(tmp_path):
     stamp = model.stat().st_mtime_ns
     assert dataset_builder.build_dataset(cfg)["vocab_sha256"] == metadata["vocab_sha256"]
     assert model.stat().st_mtime_ns == stamp
+
+
+def test_a_build_killed_while_retraining_the_vocabulary_does_not_reuse_the_old_one(
+        tmp_path, monkeypatch):
+    make_corpus(tmp_path / "corpus", num_files=1, docs_per_file=30)
+
+    def config(vocab_size):
+        return dataset_builder.BuildConfig(
+            corpus_dir=str(tmp_path / "corpus"), output_dir=str(tmp_path / "out"),
+            vocab_size=vocab_size, max_seq_length=32, num_out_files=1, eval_fraction=0.0,
+            show_progress=False, log=lambda m: None)
+
+    class Killed(Exception):
+        pass
+
+    def killed(*args, **kwargs):
+        raise Killed()
+
+    # A build with 100 pieces stops after its vocabulary (before any shard) ...
+    monkeypatch.setattr(dataset_builder, "make_plan", killed)
+    with pytest.raises(Killed):
+        dataset_builder.build_dataset(config(100))
+    monkeypatch.undo()
+    # ... and a build with 110 is killed while training its own.
+    monkeypatch.setattr(dataset_builder.tokenization, "train_sentencepiece", killed)
+    with pytest.raises(Killed):
+        dataset_builder.build_dataset(config(110))
+    monkeypatch.undo()
+    assert dataset_builder.build_dataset(config(110))["vocab_size"] == 110
+    assert tokenization.SentencePieceTokenizer(str(tmp_path / "out" / "spm.model")).vocab_size == 110
 
 
 # ---------------------------------------------------------------------------------------------

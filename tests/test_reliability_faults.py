@@ -29,7 +29,7 @@ import run_pretraining
 from configure_pretraining import PretrainingConfig
 from finetune import preprocessing, task_builder
 from tools.kill_resume import KillHook
-from util import checkpoint, io_utils
+from util import checkpoint, fs, io_utils
 from util import training_utils as tu
 
 from tests.test_finetune_data import write_fixtures
@@ -153,25 +153,29 @@ def test_only_unreadable_checkpoints_refuse_a_restart_from_zero(tmp_path):
     assert manager.latest() is None
 
 
+class FullDisk:
+    """A file whose every write fails with ENOSPC, as a full disk's: like write() (no file
+    name), or naming `path` (the temporary an atomic write goes through)."""
+
+    def __init__(self, f, path: str | None = None):
+        self.f, self.path = f, path
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device", *[self.path][:bool(self.path)])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
 def test_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
     io_utils.write_json(str(path), {"accuracy": 0.5})
-
-    class FullDisk:
-        def __init__(self, f):
-            self.f = f
-
-        def write(self, text):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
 
     real_fdopen = os.fdopen
     monkeypatch.setattr(io_utils.os, "fdopen", lambda *a, **k: FullDisk(real_fdopen(*a, **k)))
@@ -180,6 +184,104 @@ def test_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert json.loads(path.read_text()) == {"accuracy": 0.5}
     assert files(tmp_path) == ["results.json"]
+
+
+# Every writer goes through a temporary; a full or read-only disk is reported of the output.
+def _full_on_write(monkeypatch, tmp_name: str | None):
+    """Atomic writes (io_utils: os.fdopen's files) fail with ENOSPC, as write() does (no file
+    name) or naming the temporary (`tmp_name` "temp")."""
+    real_fdopen = io_utils.os.fdopen
+
+    def fdopen(fd, *args, **kwargs):
+        path = os.readlink(f"/proc/self/fd/{fd}") if tmp_name else None
+        return FullDisk(real_fdopen(fd, *args, **kwargs), path)
+
+    monkeypatch.setattr(io_utils.os, "fdopen", fdopen)
+
+
+@pytest.mark.parametrize("tmp_name", [None, "temp"])
+@pytest.mark.parametrize("writer", ["json", "text", "jsonl", "copy"])
+def test_a_full_disk_names_the_output_not_its_temporary(tmp_path, monkeypatch, writer, tmp_name):
+    path = str(tmp_path / "out" / "results.json")
+    (tmp_path / "src").write_text("x")
+    _full_on_write(monkeypatch, tmp_name)
+    write = {"json": lambda: io_utils.write_json(path, {"a": 1}),
+             "text": lambda: io_utils.write_text(path, "a"),
+             "jsonl": lambda: io_utils.write_jsonl(path, [{"a": 1}]),
+             "copy": lambda: io_utils.copy_file(str(tmp_path / "src"), path)}[writer]
+    with pytest.raises(OSError) as raised:
+        write()
+    assert str(raised.value) == (f"cannot write {path}: No space left on device (the disk is "
+                                 "full: free space or write elsewhere)")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == path
+    assert files(tmp_path / "out") == []  # the temporary is gone
+
+
+def test_a_read_only_disk_names_each_writers_output(tmp_path, monkeypatch):
+    """Checkpoints, tfrecord shards, locks and exports write temporaries of their own: a
+    read-only disk (EROFS on the temporary) is said of the checkpoint, shard, lock or --output."""
+    from pretrain.builder import tfrecord_writer
+    import export_model
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(fs, "replace", read_only)
+    with pytest.raises(checkpoint.CheckpointWriteError) as raised:
+        checkpoint.save_tensors(str(tmp_path / "model.ckpt-4"), tensors(4))
+    assert str(raised.value) == (
+        f"cannot write checkpoint {tmp_path}/model.ckpt-4: Read-only file system (the file "
+        "system is read-only: write elsewhere); existing checkpoints are left as they were")
+    monkeypatch.undo()
+    shard = str(tmp_path / "pretrain_data.tfrecord-0-of-2")
+    monkeypatch.setattr(tfrecord_writer.fs, "open", read_only)
+    with pytest.raises(OSError, match=rf"^cannot write shard {shard}: Read-only file system"):
+        tfrecord_writer.TFRecordWriter(str(tmp_path / ".pretrain_data.tfrecord-0-of-2.tmp-1"),
+                                       output=shard)
+    monkeypatch.undo()
+    monkeypatch.setattr(tu, "open", read_only, raising=False)  # the lock's temporary
+    with pytest.raises(OSError, match=rf"^cannot write lock file {tmp_path}/\.run\.lock: "
+                                      "Read-only file system"):
+        tu.RunLock(str(tmp_path)).acquire()
+    monkeypatch.undo()
+    with pytest.raises(OSError, match=rf"^cannot write --output {tmp_path}/hf: Read-only file "
+                                      r"system \(the file system is read-only"):
+        with export_model.atomic_output_dir(str(tmp_path / "hf")) as tmp:
+            read_only(os.path.join(tmp, "config.json"))
+    assert files(tmp_path) == []
+
+
+def test_a_full_disk_while_caching_features_names_the_cache_file(tmp_path, monkeypatch):
+    """TensorFlow's TFRecordWriter says a full disk in an OpError naming the temporary."""
+    write_fixtures(tmp_path, tasks={"sst"})
+    (tmp_path / "vocab.txt").write_text("\n".join(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "movie"]) + "\n")
+    config = configure_finetuning.FinetuningConfig.from_hparams("m", str(tmp_path), {
+        "task_names": ["sst"], "init_checkpoint": "", "vocab_size": 7, "max_seq_length": 8})
+    tasks = task_builder.get_tasks(config)
+
+    class FullWriter:
+        def __init__(self, path):
+            self.path = path
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def write(self, record):
+            raise tf.errors.ResourceExhaustedError(
+                None, None, f"{self.path}; No space left on device")
+
+    monkeypatch.setattr(preprocessing.tf.io, "TFRecordWriter", FullWriter)
+    with pytest.raises(OSError) as raised:
+        preprocessing.Preprocessor(config, tasks).prepare_train()
+    cache = os.path.join(config.preprocessed_data_dir, os.path.basename(str(
+        raised.value.filename)))
+    assert str(raised.value) == (f"cannot write feature cache file {cache}: No space left on "
+                                 "device (the disk is full: free space or write elsewhere)")
+    assert ".tmp-" not in str(raised.value)
 
 
 # -- whole runs: full disk, read-only, NaN ----------------------------------------------------
@@ -242,6 +344,7 @@ def test_full_disk_mid_run_is_a_clear_error_and_keeps_the_checkpoints(trained, t
     assert "Traceback" not in out.stderr
     assert f"cannot write checkpoint {model_dir}/model.ckpt-4: " in out.stderr
     assert "File too large" in out.stderr and "existing checkpoints are left" in out.stderr
+    assert ".tmp" not in out.stderr  # the checkpoint's temporary is never named
     assert _digests(model_dir) == before
     assert not [n for n in files(model_dir) if n.startswith(".tmp")]
 
@@ -669,6 +772,21 @@ def test_predict_keeps_record_i_for_example_i(tmp_path, monkeypatch, caplog):
     io_utils.write_json(os.path.join(trial, "finetune_config.json"), dict(saved, train_steps=9))
     assert run("--input", str(tmp_path / "ok.txt")) == 0
     assert "is a halted trial: its checkpoint is at step 3 of 9" in caplog.text
+    # A trial that diverged: a re-run would not finish it (its record is final), so the warning
+    # says what it is instead of advising that re-run.
+    io_utils.write_json(os.path.join(trial, "eval_results.json"), {
+        "trial": 1, "global_step": 3, "train_steps": 9, "results": {},
+        "diverged": "non-finite values at step 4 (trial 1): loss=nan"})
+    assert run("--input", str(tmp_path / "ok.txt")) == 0
+    assert "is a trial that diverged (non-finite values at step 4 (trial 1): loss=nan): these " \
+           "are the predictions of its last good checkpoint (step 3)" in caplog.text
+    assert "re-run its run_finetuning.py command to finish it" not in caplog.text
+    # Empty input, however given, is said to be empty (the null device was "does not exist").
+    for empty in (os.devnull, str(tmp_path / "none.txt")):
+        open(empty, "w").close()
+        assert run("--input", empty) == 2
+        assert f"--input {empty} is empty: there is nothing to predict" in caplog.text
+    assert run(stdin="") == 2 and "standard input is empty" in caplog.text
 
 
 def test_a_qa_answer_never_shows_the_scorers_placeholder(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ runs the command (its main() where possible, so the exit status is checked too),
   - every file that existed before (shared model, data, the case's inputs) is unchanged.
 RELIABILITY.md lists the cases by name.
 """
+import errno
 import gzip
 import hashlib
 import json
@@ -41,6 +42,7 @@ from util import checkpoint, distribution, fs, hparams, io_utils, out_of_memory
 from util import training_utils as tu
 
 from tests.test_finetune_data import FIXTURES, write_fixtures
+from tests.test_reliability_faults import FullDisk
 
 CASES = {}
 
@@ -1003,7 +1005,7 @@ GOOD_CSV = "text,label\nw1 w2,pos\nw3 w4,neg\n\"w5, w6\",pos\n"
 @case
 def finetune_custom_task_file_missing(env, tmp):
     return custom(env, tmp, CSV_SPEC, {"train.csv": GOOD_CSV}), [
-        r"hparam custom_tasks\.mine\.dev: file .*dev\.csv not found"]
+        r"hparam custom_tasks\.mine\.dev: file .*dev\.csv does not exist"]
 
 
 @case
@@ -1618,6 +1620,165 @@ def score_text_model_dir_with_an_upper_case_scheme(env, tmp):
         r"--model-dir FILE://.*models/tiny: write the scheme in lower case \(file://"]
 
 
+# -- outputs that cannot be written: refused before any work, named as given ------------------
+
+
+def read_only(prefix, act):
+    """`act` run as if everything under `prefix` were on a read-only file system: os.open's
+    creates and writes there (where mkstemp, atomic writes and locks begin) fail with EROFS."""
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):
+        if str(path).startswith(str(prefix)) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def run():
+        os.open = refusing
+        try:
+            return act()
+        finally:
+            os.open = real_open
+    return run
+
+
+def full_disk(act):
+    """`act` run with every atomically written file (io_utils: os.fdopen) on a full disk."""
+    def run():
+        real_fdopen = io_utils.os.fdopen
+        io_utils.os.fdopen = lambda *a, **k: FullDisk(real_fdopen(*a, **k))
+        try:
+            return act()
+        finally:
+            io_utils.os.fdopen = real_fdopen
+    return run
+
+
+@case
+def finetune_results_dir_read_only(env, tmp):
+    # Used to train every trial, then fail writing the results.
+    (tmp / "ro").mkdir()
+    act = read_only(tmp / "ro", finetune(env, tmp, results_json=str(tmp / "ro" / "r.json"),
+                                         results_txt=str(tmp / "ro" / "r.txt")))
+
+    def before_training():
+        code = act()
+        assert not (tmp / "fdata" / "models" / "ft" / "finetuning_models").exists()
+        return code
+    return before_training, [
+        r"cannot write hparam 'results_json' .*ro/r\.json: Read-only file system \(directory "
+        r".*ro; the file system is read-only: write elsewhere\)"]
+
+
+@case
+def pretrain_results_dir_read_only(env, tmp):
+    # Used to train to the end, then fail at the final eval's results.
+    data = copy_data(env, tmp)
+    (tmp / "ro").mkdir()
+    act = read_only(tmp / "ro", pretrain(data, **dict(
+        env.hparams, do_eval=True, results_json=str(tmp / "ro" / "r.json"),
+        results_txt=str(tmp / "ro" / "r.txt"))))
+
+    def before_training():
+        code = act()
+        assert not [n for n in os.listdir(os.path.join(data, "models", "m"))
+                    if n.startswith("model.ckpt")]
+        return code
+    return before_training, [r"cannot write hparam 'results_json' .*ro/r\.json: Read-only file "
+                             r"system"]
+
+
+@case
+def predict_output_dir_read_only(env, tmp):
+    (tmp / "new.txt").write_text("w1 w2\n")
+    (tmp / "ro").mkdir()
+    return read_only(tmp / "ro", _predict(env.model_dir, "--input", tmp / "new.txt", "--output",
+                                          tmp / "ro" / "out.jsonl")), [
+        r"cannot write --output .*ro/out\.jsonl: Read-only file system"]
+
+
+@case
+def predict_output_on_a_full_disk(env, tmp):
+    # Used to say "[Errno 28] No space left on device" without a file name.
+    trial = _trained_custom_trial(env, tmp)
+    (tmp / "new.txt").write_text("w1 w2\n")
+    return full_disk(_predict(trial, "--input", tmp / "new.txt", "--output", tmp / "out.jsonl")), [
+        r"cannot write --output .*/out\.jsonl: No space left on device \(the disk is full: "
+        r"free space or write elsewhere\)$"]
+
+
+@case
+def export_output_dir_read_only(env, tmp):
+    (tmp / "ro").mkdir()
+    return read_only(tmp / "ro", export(env.model_dir, tmp / "ro" / "hf")), [
+        r"cannot write --output .*ro/hf: Read-only file system"]
+
+
+@case
+def export_output_on_a_full_disk(env, tmp):
+    # The export is built in a temporary directory beside --output: the message names --output.
+    act = full_disk(export(env.model_dir, tmp / "hf"))
+
+    def nothing_left():
+        code = act()
+        assert not [n for n in os.listdir(tmp) if n.startswith(".hf")]
+        return code
+    return nothing_left, [r"cannot write --output .*/hf: No space left on device \(the disk is "
+                          r"full"]
+
+
+@case
+def probe_json_dir_read_only(env, tmp):
+    # Used to run every probe, then fail writing --json with a traceback.
+    from tests.test_docs import load_tool
+    probe = load_tool("probe")
+    (tmp / "ro").mkdir()
+    return read_only(tmp / "ro", lambda: probe.main([
+        "--model-dir", env.model_dir, "--tasks", "sst", "--json", str(tmp / "ro" / "p.json")])), [
+        r"cannot write --json .*ro/p\.json: Read-only file system"]
+
+
+# -- special files: the null device is empty, not missing ---------------------------------------
+
+
+@case
+def predict_input_is_dev_null(env, tmp):
+    # Used to say "--input /dev/null does not exist".
+    return _predict(env.model_dir, "--input", os.devnull, "--output", tmp / "out.jsonl"), [
+        r"--input /dev/null is empty: there is nothing to predict"]
+
+
+@case
+def finetune_custom_task_file_is_dev_null(env, tmp):
+    spec = dict(CSV_SPEC, dev=os.devnull, format="csv")
+    return custom(env, tmp, spec, {"train.csv": GOOD_CSV}), [
+        r"hparam custom_tasks\.mine\.dev: file /dev/null is empty \(the null device\)"]
+
+
+@case
+def build_vocab_is_dev_null(env, tmp):
+    return build(tmp, {"a.txt": GOOD_TEXT}, os.devnull), [
+        r"/dev/null is empty \(the null device\)"]
+
+
+@case
+def pretrain_vocab_file_is_dev_null(env, tmp):
+    return pretrain(copy_data(env, tmp), **dict(env.hparams, vocab_file=os.devnull)), [
+        r"vocabulary file /dev/null is empty \(the null device\)"]
+
+
+@case
+def pretrain_eval_on_data_too_small_for_a_held_out_split(env, tmp):
+    # A corpus of one small file builds without held-out shards (a warning); evaluating on it
+    # used to say only that held-out data is needed.
+    assert build(tmp, {"a.txt": GOOD_TEXT * 20})() == 0
+    return pretrain(tmp, **dict(env.hparams, do_eval=True, vocab_file=str(tmp / "vocab.txt"),
+                                pretrain_tfrecords=str(tmp / "out" / "pretrain_data.tfrecord*"),
+                                max_seq_length=16)), [
+        r"do_eval and eval_every_steps need held-out data: .*out was built without held-out "
+        r"shards \(--eval-fraction 0\.02, but .*corpus was too small for a held-out split"]
+
+
 # -- tools/inspect_run.py ---------------------------------------------------------------------
 
 
@@ -1731,9 +1892,64 @@ def test_inspect_run_reports_a_fine_tuning_trial_and_its_collapse(env, tmp_path,
                      r"before its eval", capsys.readouterr().out)
 
 
+def _with_config(model: str, **changes) -> str:
+    path = os.path.join(model, "pretrain_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    with open(path, "w") as f:
+        json.dump(dict(config, **changes), f)
+    return model
+
+
+def test_inspect_run_advises_a_run_halted_during_an_eval(env, tmp_path, capsys):
+    """A checkpoint at an eval step whose eval the history lacks: the run stopped during that
+    eval (a signal saves first). The page says so and what the re-run does, where it used to
+    advise setting eval_every_steps (already set) or report the previous eval's health alone."""
+    model = _with_config(run_copy(env, tmp_path / "a"), eval_every_steps=2, num_train_steps=4)
+    assert inspect_run(model)() == 0
+    page = capsys.readouterr().out
+    assert "eval at step 2: not recorded: the run stopped during it (or between its checkpoint " \
+           "and it); re-running the same command evaluates step 2 first, then continues " \
+           "training" in page
+    assert "set eval_every_steps" not in page
+    # An earlier eval recorded: its health is shown, and the owed one still said.
+    model = _with_config(run_copy(env, tmp_path / "b", '[{"global_step": 1, "health": {}}]'),
+                         eval_every_steps=1, num_train_steps=4)
+    assert inspect_run(model)() == 0
+    page = capsys.readouterr().out
+    assert "health at the newest eval: ok" in page and "eval at step 2: not recorded" in page
+    # The final eval (do_eval) of a finished run.
+    model = _with_config(run_copy(env, tmp_path / "c"), do_eval=True, num_train_steps=2)
+    assert inspect_run(model)() == 0
+    assert "re-running the same command evaluates step 2 first, then ends" in \
+        capsys.readouterr().out
+
+
+def test_inspect_run_advises_a_trial_halted_during_its_eval_or_diverged(env, tmp_path, capsys):
+    """A trial whose training finished but has no eval record stopped during its evaluation:
+    a re-run evaluates it without training again. A diverged trial is said to be, with what to
+    change (a re-run reuses its record)."""
+    trial = fake_trial(env, tmp_path)
+    config = tmp_path / "sst_model_1" / "finetune_config.json"
+    config.write_text(json.dumps(dict(json.loads(config.read_text()), train_steps=3)))
+    assert inspect_run(trial)() == 0
+    page = capsys.readouterr().out
+    assert "checkpoint at step 3 of 3; no eval record (eval_results.json): its training " \
+           "finished; halted during its evaluation" in page
+    assert "evaluate it (the training is not repeated)" in page and "to finish" not in page
+    (tmp_path / "sst_model_1" / "eval_results.json").write_text(json.dumps({
+        "trial": 1, "global_step": 2, "train_steps": 3, "results": {}, "collapsed": {},
+        "diverged": "non-finite values at step 3 (trial 1): loss=nan"}))
+    assert inspect_run(trial)() == 0
+    page = capsys.readouterr().out
+    assert "diverged: non-finite values at step 3 (trial 1): loss=nan" in page
+    assert "does not train it again" in page and "collapsed:" not in page
+
+
 def test_the_catalogue_is_large_and_covers_every_command():
     commands = {name.split("_")[0] for name in CASES}
-    assert commands == {"build", "pretrain", "finetune", "export", "score", "predict", "inspect"}
+    assert commands == {"build", "pretrain", "finetune", "export", "score", "predict", "inspect",
+                        "probe"}
     assert len(CASES) >= 30
 
 

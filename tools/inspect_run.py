@@ -6,8 +6,10 @@
 
 Prints the held-out evals (losses, discriminator AUC, precision and recall, masked-LM accuracies,
 token-vector geometry, probes), the training curve (loss, its two parts, learning rate, gradient
-norm) at up to --rows steps, and the health states (pretrain/health.py) with the step each began
-and, when it did, cleared. With matplotlib installed (it is not a requirement) it also draws the
+norm, and at each health check the training batches' discriminator figures) at up to --rows
+steps, and the health states (pretrain/health.py) with the step each began and, when it did,
+cleared: found at held-out evals or by the training batches' checks every run makes
+(health_every_steps). A run halted during an eval is said to be, with what its re-run does. With matplotlib installed (it is not a requirement) it also draws the
 same curves to a PNG (default: <model dir>/results/run_curves.png). Reads only what the run
 writes as it goes (results/unsup_results_history.json, the TensorBoard events), so it works on
 a run in progress.
@@ -39,7 +41,10 @@ EVAL_COLUMNS = (("loss", "loss"), ("mlm_loss", "masked_lm_loss"), ("mlm_acc", "m
                 ("cosine", "repr_mean_cosine"), ("min_spread", "repr_min_dim_spread"))
 TRAIN_COLUMNS = (("loss", "train/loss"), ("mlm_loss", "train/mlm_loss"),
                  ("disc_loss", "train/disc_loss"), ("mlm_acc", "train/masked_lm_accuracy"),
-                 ("lr", "train/learning_rate"), ("grad_norm", "train/global_norm"))
+                 ("lr", "train/learning_rate"), ("grad_norm", "train/global_norm"),
+                 # at the training batches' health checks (pretrain/training_health.py)
+                 ("auc_real", "train/disc_auc_real"), ("called", "train/disc_positive_rate"),
+                 ("replaced", "train/disc_replaced_rate"))
 
 
 FINETUNE_CONFIG = "finetune_config.json"  # model/model_dir.py FINETUNE_CONFIG_FILE
@@ -71,13 +76,47 @@ def read_evals(model_dir: str) -> list[dict]:
 
 
 def read_train_curves(model_dir: str) -> dict[str, list[tuple[int, float]]]:
-    """train/ scalars of the TensorBoard events (a file being written is read up to its end)."""
+    """train/ and health/ scalars of the TensorBoard events (a file being written is read up to
+    its end); health/<state> is 1 while the state is active, written at every check."""
     if not any(n.startswith("events.out.tfevents") for n in fs.listdir(model_dir)):
         return {}
     from util import training_utils  # TensorFlow: only when there are events to read
     scalars = training_utils.read_scalars(model_dir)
     return {tag: sorted(dict(points).items()) for tag, points in scalars.items()
-            if tag.startswith("train/")}
+            if tag.startswith(("train/", "health/"))}
+
+
+def checked_health(curves: dict) -> tuple[int | None, list[tuple[str, int, int | None]]]:
+    """(the newest check's step, the states' spans) from the health/ scalars: every check of
+    the run, held-out evals and the training batches' (pretrain/training_health.py)."""
+    tags = {tag[len("health/"):]: points for tag, points in curves.items()
+            if tag.startswith("health/")}
+    spans = []
+    for name, points in tags.items():
+        began = None
+        for step, value in points:
+            if value > 0.5 and began is None:
+                began = step
+            elif value <= 0.5 and began is not None:
+                spans.append((name, began, step))
+                began = None
+        if began is not None:
+            spans.append((name, began, None))
+    newest = max((p[-1][0] for p in tags.values() if p), default=None)
+    return newest, sorted(spans, key=lambda s: (s[1], s[0]))
+
+
+def owed_eval(model_dir: str, config: dict, evals: list[dict]) -> int | None:
+    """The step whose eval a halted run still owes: its newest checkpoint is at an eval step
+    (eval_every_steps, or the end with do_eval) that the history lacks, so the run stopped
+    during that eval or just before it. The re-run evaluates it first (pretrain/loop.py)."""
+    step = _newest_checkpoint_step(model_dir)
+    every, total = config.get("eval_every_steps") or 0, config.get("num_train_steps")
+    if not step or any(e["global_step"] == step for e in evals):
+        return None
+    periodic = every > 0 and step % every == 0 and (total is None or step < total)
+    final = bool(config.get("do_eval")) and total is not None and step >= total
+    return step if periodic or final else None
 
 
 def health_spans(evals: list[dict]) -> list[tuple[str, int, int | None]]:
@@ -125,11 +164,10 @@ def summary(model_dir: str, evals: list[dict], curves: dict, rows: int) -> list[
     lines = [f"run {model_dir}: step {step}" + (f" of {total}" if total else "")
              + (f", warm-up {config['num_warmup_steps']} steps" if "num_warmup_steps" in config
                 else "")]
-    latest = evals[-1].get("health", {}) if evals else {}
-    lines.append(f"health at the newest eval: {health.line(latest)}" if evals
-                 else "health: no eval yet (set eval_every_steps to check during training)")
+    lines += _health_lines(model_dir, config, evals, curves)
+    newest_check, spans = checked_health(curves)
     facts = health.RunFacts.from_settings(config) if config else None  # advice fits the run
-    for name, began, cleared in health_spans(evals):
+    for name, began, cleared in spans if newest_check is not None else health_spans(evals):
         state = health.BY_NAME.get(name)
         words = state.advice(facts) if state else {}
         lines.append(f"  {name}: began at step {began}"
@@ -153,6 +191,34 @@ def summary(model_dir: str, evals: list[dict], curves: dict, rows: int) -> list[
         table = [[str(s)] + [_cell(values.get(tag)) for _, tag in train] for s, values in points]
         lines += ["", f"training (block means, {len(by_step)} points):"] + \
             _table(["step"] + [c[0] for c in train], table)
+    return lines
+
+
+def _health_lines(model_dir: str, config: dict, evals: list[dict], curves: dict) -> list[str]:
+    """The run's health now: at the newest eval, at the training batches' newest check when
+    later, or when nothing was checked yet, why; and an eval a halted run still owes."""
+    lines = []
+    if evals:
+        lines.append(f"health at the newest eval: {health.line(evals[-1].get('health', {}))}")
+    newest_check, spans = checked_health(curves)
+    if newest_check is not None and (not evals or newest_check > evals[-1]["global_step"]):
+        active = {name: began for name, began, cleared in spans if cleared is None}
+        lines.append(f"health at step {newest_check} (the training batches' check): "
+                     f"{health.line(active)}")
+    owed = owed_eval(model_dir, config, evals)
+    if owed is not None:
+        then = "then ends" if owed >= config.get("num_train_steps", owed + 1) else \
+            "then continues training"
+        lines.append(f"eval at step {owed}: not recorded: the run stopped during it (or between "
+                     f"its checkpoint and it); re-running the same command evaluates step "
+                     f"{owed} first, {then}")
+    elif not evals and newest_check is None:
+        every = config.get("health_every_steps", 0)  # absent: a run older than the checks
+        start = config.get("num_warmup_steps", 0) + health.DISC_GRACE_STEPS
+        lines.append(f"health: not checked yet (the training batches are checked every {every} "
+                     f"steps from step {start} on)" if every else
+                     "health: not checked (health_every_steps 0 and no evals: set either to "
+                     "check during training)")
     return lines
 
 
@@ -207,18 +273,29 @@ def _newest_checkpoint_step(trial_dir: str) -> int | None:
     return max(steps, default=None)
 
 
+def _halted_trial_line(trial_dir: str, settings: dict) -> str:
+    """A trial without an eval record: halted during its training, or with its training done
+    during (or just before) its evaluation; what re-running its command does."""
+    step = _newest_checkpoint_step(trial_dir)
+    total = settings.get("train_steps")
+    at = "no checkpoint yet" if step is None else f"checkpoint at step {step}" + (
+        f" of {total}" if isinstance(total, int) else "")
+    if step is not None and isinstance(total, int) and step >= total:
+        why = ("its training finished; halted during its evaluation (or run without do_eval). "
+               "Re-run its run_finetuning.py command to evaluate it (the training is not "
+               "repeated)")
+    else:
+        why = ("halted before its eval, or run without do_eval. Re-run its run_finetuning.py "
+               "command to finish and evaluate it")
+    return f"fine-tuning trial {trial_dir}: {at}; no eval record ({TRIAL_RESULTS}): {why}"
+
+
 def trial_summary(trial_dir: str) -> list[str]:
     """A fine-tuning trial: its step, its dev results and whether they collapsed."""
     settings = read_json(os.path.join(trial_dir, FINETUNE_CONFIG), dict, "a trial's settings")
     results_path = os.path.join(trial_dir, TRIAL_RESULTS)
     if not fs.exists(results_path):
-        step = _newest_checkpoint_step(trial_dir)
-        total = settings.get("train_steps")
-        at = "no checkpoint yet" if step is None else f"checkpoint at step {step}" + (
-            f" of {total}" if isinstance(total, int) else "")
-        return [f"fine-tuning trial {trial_dir}: {at}; no eval record ({TRIAL_RESULTS}): "
-                "halted before its eval, or run without do_eval. Re-run its run_finetuning.py "
-                "command to finish and evaluate it"]
+        return [_halted_trial_line(trial_dir, settings)]
     record = read_json(results_path, dict, "a trial's eval record")
     results, collapsed = record.get("results"), record.get("collapsed", {})
     if not (isinstance(results, dict) and isinstance(collapsed, dict)
@@ -234,6 +311,11 @@ def trial_summary(trial_dir: str) -> list[str]:
         shown = ", ".join(f"{k} = {_cell(v)}" for k, v in sorted(metrics.items())
                           if isinstance(v, (int, float))) if isinstance(metrics, dict) else ""
         lines.append(f"  {name}: {shown or '-'}")
+    if record.get("diverged"):
+        return lines + [f"diverged: {record['diverged']}",
+                        "  no dev results; the run's median leaves it out. Re-running the same "
+                        "command does not train it again (it would diverge the same way): try "
+                        "a lower learning_rate or clip_norm 1.0, with another model_dir"]
     if collapsed:
         lines.append("collapsed: its dev predictions carry no information about the input "
                      "(they score like the trivial baseline)")

@@ -144,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_seq_length < 3:
         parser.error(f"--max-seq-length must be >= 3 ([CLS] word [SEP]), got {args.max_seq_length}")
     from model import probing
-    from util import io_utils, out_of_memory
+    from util import io_utils, out_of_memory, write_errors
 
     try:
+        # Refused now, not after the probes have run: --json where nothing can be written.
+        write_errors.check_writable("--json", args.json)
         paths = {"pos": args.conll, "chunk": args.conll, "sst": args.sst}
         tasks = [probing.load_task(name, paths[name], args.train_size, args.test_size)
                  for name in args.tasks]
@@ -166,9 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         return out_of_memory.EXIT_OUT_OF_MEMORY
     print(format_table(results))
     if args.json:
-        io_utils.write_json(args.json, dict(results, tasks=args.tasks,
-                                            train_size=args.train_size,
-                                            test_size=args.test_size))
+        try:
+            io_utils.write_json(args.json, dict(results, tasks=args.tasks,
+                                                train_size=args.train_size,
+                                                test_size=args.test_size))
+        except OSError as e:  # a disk that filled up meanwhile: said of --json
+            log.error("%s", write_errors.error_for(e, args.json, "--json"))
+            return 2
     return 0
 
 

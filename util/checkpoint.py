@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
 import numpy as np
 import tensorflow as tf
 
-from util import fs, io_utils
+from util import fs, io_utils, write_errors
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,12 @@ def save_tensors(prefix: str, tensors: Mapping[str, tf.Tensor | np.ndarray]) -> 
         for path in _files_of(tmp_prefix):
             with contextlib.suppress(OSError):
                 fs.remove(path)
-        reason = e.message if isinstance(e, tf.errors.OpError) else str(e)
+        # Said of the checkpoint, never of the temporary it is written as first.
+        code, reason = write_errors.reason(e, prefix)
         raise CheckpointWriteError(
-            f"cannot write checkpoint {prefix}: {reason.splitlines()[0][-300:]} (disk full or "
-            "read-only?); existing checkpoints are left as they were") from None
+            f"cannot write checkpoint {prefix}: {reason} ("
+            f"{write_errors.ADVICE.get(code, 'disk full or read-only?')}); existing checkpoints "
+            "are left as they were") from None
     return prefix
 
 

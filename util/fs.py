@@ -25,6 +25,7 @@ import io
 import os
 import posixpath
 import shutil
+import stat
 import sys
 from typing import IO, Any, Iterator
 
@@ -96,6 +97,24 @@ def exists(path: str) -> bool:
     if not is_url(path):
         return os.path.exists(path)
     return isfile(path) or isdir(path)
+
+
+def not_a_file(path: str) -> str:
+    """Why `path` cannot be read as a file, in words for a message: "does not exist", "is a
+    directory", or what special file it is (/dev/null is empty; a named pipe such as bash's
+    <(...) can be read only once); "" for a regular file (or an object of a store)."""
+    if isfile(path):
+        return ""
+    if not exists(path):
+        return "does not exist"
+    if isdir(path):
+        return "is a directory, not a file"
+    if os.path.samefile(path, os.devnull):
+        return "is empty (the null device)"
+    mode = os.stat(path).st_mode
+    kind = "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) \
+        else "a device"
+    return f"is {kind}, not a regular file; copy what it holds to a file and give that"
 
 
 def getsize(path: str) -> int:

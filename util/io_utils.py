@@ -21,7 +21,7 @@ import tempfile
 import uuid
 from typing import Any, Iterator
 
-from util import file_modes, fs
+from util import file_modes, fs, write_errors
 
 
 def pid_alive(pid: int) -> bool:
@@ -54,12 +54,14 @@ def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> I
     up after a writer that was killed mid-write (on the local disk, where pids can be checked).
     """
     local = fs.local_path(path)  # a file:// URL is the local disk: fsync and rename as such
-    if local is None:
-        with _url_atomic_open(path, mode, encoding) as f:
+    # A full or read-only disk is reported of `path`, not of the temporary written first.
+    with write_errors.naming(path):
+        if local is None:
+            with _url_atomic_open(path, mode, encoding) as f:
+                yield f
+            return
+        with _local_atomic_open(local, mode, encoding) as f:
             yield f
-        return
-    with _local_atomic_open(local, mode, encoding) as f:
-        yield f
 
 
 @contextlib.contextmanager

@@ -111,7 +111,7 @@ def resolve(name: str, value: Any) -> dict:
     if isinstance(value, str):
         path = fs.abspath(value)
         if not fs.isfile(path):
-            raise _error(name, "", f"spec file {path} does not exist")
+            raise _error(name, "", f"spec file {path} {fs.not_a_file(path)}")
         try:
             with fs.open(path, encoding="utf-8-sig") as f:
                 value = json.load(f)

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 import tensorflow as tf
 
-from util import fs, io_utils, tf_data
+from util import fs, io_utils, tf_data, write_errors
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,9 @@ class RunLock:
         exists. Falls back to exclusive create + write where hard links are unsupported."""
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            # A read-only or full disk is said of the lock file, not of its temporary.
+            with write_errors.naming(self.path, "lock file"), \
+                    open(tmp, "w", encoding="utf-8") as f:
                 f.write(payload)
             try:
                 os.link(tmp, self.path)

@@ -309,7 +309,7 @@ def _settings_record(cfg: BuildConfig, files: list[corpus.InputFile], num_shards
     else:
         vocab_path = cfg.vocab_file or cfg.spm_model
         if not fs.isfile(vocab_path):
-            raise BuildError(f"vocabulary {vocab_path} does not exist")
+            raise BuildError(f"vocabulary {vocab_path} {fs.not_a_file(vocab_path)}")
         vocab_id = {"sha256": io_utils.sha256_file(vocab_path)}
     strip_accents = cfg.lower_case if cfg.strip_accents is None else cfg.strip_accents
     config = {
@@ -387,8 +387,7 @@ def _build_dataset(cfg: BuildConfig) -> dict:
 
     plan = make_plan(files, num_shards, cfg.eval_fraction, cfg.seed, cfg.blanks_separate_docs)
     if cfg.eval_fraction > 0 and not plan.eval_groups:
-        log(f"No held-out split: the corpus gives only {len(plan.groups)} piece(s) of work "
-            f"for {num_shards} shard(s); pass --num-out-files 2 or more, or --eval-fraction 0")
+        log(_no_held_out_split(cfg, files, num_shards))
     done = _complete_shards(cfg.output_dir, num_shards)
     tasks = []
     for g, units in enumerate(plan.groups):
@@ -413,6 +412,27 @@ def _build_dataset(cfg: BuildConfig) -> dict:
     metadata = _write_metadata(cfg, config, plan, tokenizer, vocab_path, spm_model, files,
                                results, done, time.time() - start_time, work_bytes)
     return metadata
+
+
+def _corpus_words(cfg: BuildConfig, files) -> str:
+    return (f"--corpus-dir {cfg.corpus_dir} ({len(files)} file(s), "
+            f"{sum(f.size for f in files) / 1e6:.3g} MB)")
+
+
+def _no_held_out_split(cfg: BuildConfig, files, num_shards: int) -> str:
+    """Why the plan holds nothing out, and what to change: a held-out split needs two pieces of
+    work (whole files, or ranges of a large one) in two shards."""
+    if num_shards < 2:
+        chosen = "--num-out-files 1" if cfg.num_out_files else \
+            f"under {2 * MIN_SHARD_BYTES >> 10} KB of text, one shard by default"
+        return (f"Warning: no held-out split: {_corpus_words(cfg, files)} goes into 1 shard "
+                f"({chosen}) and a held-out split needs a shard of its own; pass --num-out-files "
+                "2 or more (or add text), or --eval-fraction 0 to build without one")
+    return (f"Warning: no held-out split: {_corpus_words(cfg, files)} is too small to hold out "
+            f"--eval-fraction {cfg.eval_fraction:g} of it: it makes one piece of work (a single "
+            f"file under {2 * MIN_CHUNK_BYTES >> 10} KB is not split) and a held-out split needs "
+            "two. Add text (another file), or pass --eval-fraction 0 to build without one "
+            "(pre-training then evaluates only with hparam eval_tfrecords)")
 
 
 def _run_with_progress(tasks, cfg: BuildConfig, work_bytes: int, work_files: int):
@@ -518,6 +538,10 @@ def _log_summary(cfg: BuildConfig, plan: Plan, files, shard_stats: dict[int, dic
     if empty:
         cfg.log(f"Warning: {empty} of {num_shards} shards are empty; the corpus is small for "
                 f"{num_shards} shards, consider a smaller --num-out-files")
+    if plan.eval_shards and eval_examples == 0:
+        cfg.log(f"Warning: the held-out shards hold no example: {_corpus_words(cfg, files)} is "
+                "too small for a held-out split (its held-out part has no text); add text, or "
+                "pass --eval-fraction 0 to build without one")
     for name, error in skipped[:10]:
         cfg.log(f"  skipped {name}: {error}")
 

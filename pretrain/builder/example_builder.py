@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 from model import tokenization
 from pretrain import pretrain_data
 from pretrain.builder import corpus, sentences, tfrecord_writer
-from util import fs, io_utils
+from util import fs, io_utils, write_errors
 
 SINGLE_SEGMENT_PROB = 0.1     # official: "small chance to only have one segment"
 SHORT_TARGET_PROB = 0.05      # official: "small chance for random-length ... example"
@@ -272,7 +272,8 @@ class _GroupShards:
         self.stats = {s: ShardStats() for s in task.shards}
         self._temp_paths = {s: temp_shard_path(task.output_dir, s, task.num_shards)
                             for s in task.write}
-        self._writers = {s: tfrecord_writer.TFRecordWriter(p) for s, p in self._temp_paths.items()}
+        self._writers = {s: tfrecord_writer.TFRecordWriter(p, output=self._final_path(s))
+                         for s, p in self._temp_paths.items()}
         self._buffer: list[Example] = []
         self._emitted = 0
 
@@ -302,6 +303,10 @@ class _GroupShards:
             writer.write(pretrain_data.serialize_unpadded(
                 example.tokens, example.num_first, task.max_seq_length, self._check_ids))
 
+    def _final_path(self, shard: int) -> str:
+        return os.path.join(self._task.output_dir,
+                            pretrain_data.shard_name(shard, self._task.num_shards))
+
     def commit(self) -> None:
         """Writes out the buffer, then each shard's stats and the shard itself."""
         self._shuffle_rng.shuffle(self._buffer)
@@ -314,8 +319,8 @@ class _GroupShards:
         for shard, path in self._temp_paths.items():
             io_utils.write_json(stats_path(task.output_dir, shard, task.num_shards),
                                 dataclasses.asdict(self.stats[shard]))
-            fs.replace(path, os.path.join(task.output_dir,
-                                          pretrain_data.shard_name(shard, task.num_shards)))
+            with write_errors.naming(self._final_path(shard), "shard"):
+                fs.replace(path, self._final_path(shard))
 
     def discard_unfinished(self) -> None:
         for writer in self._writers.values():

@@ -19,7 +19,7 @@ import struct
 
 import numpy as np
 
-from util import fs
+from util import fs, write_errors
 
 _POLY = 0x82F63B78  # CRC-32C, reflected
 _MASK_DELTA = 0xA282EAD8
@@ -90,14 +90,19 @@ def _mask(crc: np.ndarray) -> np.ndarray:
 
 
 class TFRecordWriter:
-    """Drop-in for tf.io.TFRecordWriter(path): write(bytes), flush(), close(), context manager."""
+    """Drop-in for tf.io.TFRecordWriter(path): write(bytes), flush(), close(), context manager.
+
+    `output`: what `path` (a temporary) becomes when complete; a full or read-only disk is
+    reported of it (util/write_errors.py)."""
 
     _crc = None  # shared by all writers of a process
 
-    def __init__(self, path: str, batch_size: int = 1024):
+    def __init__(self, path: str, batch_size: int = 1024, output: str | None = None):
         if TFRecordWriter._crc is None:
             TFRecordWriter._crc = Crc32c()
-        self._file = fs.open(path, "wb")
+        self._output = output or path
+        with write_errors.naming(self._output, "shard"):
+            self._file = fs.open(path, "wb")
         self._pending: list[bytes] = []
         self._batch_size = batch_size
 
@@ -116,13 +121,17 @@ class TFRecordWriter:
         parts = []
         for i, (length, record) in enumerate(zip(lengths, records)):
             parts += (length, length_crcs[4 * i:4 * i + 4], record, data_crcs[4 * i:4 * i + 4])
-        self._file.write(b"".join(parts))
-        self._file.flush()
+        with write_errors.naming(self._output, "shard"):
+            self._file.write(b"".join(parts))
+            self._file.flush()
 
     def close(self) -> None:
         if not self._file.closed:
-            self.flush()
-            self._file.close()
+            try:
+                self.flush()
+            finally:
+                with write_errors.naming(self._output, "shard"):
+                    self._file.close()
 
     def __enter__(self) -> "TFRecordWriter":
         return self
