@@ -316,6 +316,9 @@ def run_finetuning(config: configure_finetuning.FinetuningConfig) -> dict[str, A
     summary = None
     for place in outputs.places(config, tasks):  # refused now, not when the run writes there
         write_errors.check_writable(place.what, place.path, place.written_into)
+    if config.write_test_outputs:
+        write_errors.check_writable("hparam 'test_predictions_dir'", config.test_predictions_dir,
+                                    True)
     with place_locks.holding(outputs.places(config, tasks)):
         records, models = [], trial_model.Cache()
         for trial in range(1, config.num_trials + 1):

@@ -1671,6 +1671,15 @@ def finetune_results_dir_read_only(env, tmp):
 
 
 @case
+def finetune_test_predictions_dir_read_only(env, tmp):
+    # Used to train and evaluate every trial, then fail writing trial 1's test predictions.
+    (tmp / "ro").mkdir()
+    return read_only(tmp / "ro", finetune(env, tmp, write_test_outputs=True,
+                                          test_predictions_dir=str(tmp / "ro" / "test"))), [
+        r"cannot write hparam 'test_predictions_dir' .*ro/test: Read-only file system"]
+
+
+@case
 def pretrain_results_dir_read_only(env, tmp):
     # Used to train to the end, then fail at the final eval's results.
     data = copy_data(env, tmp)
