@@ -11,6 +11,9 @@ generator_config.json (official keys), a copy of the vocab, TensorBoard summarie
 Re-running the same command resumes from the newest readable checkpoint, exactly (weights,
 optimizer slots, step and data position), whatever moment the previous run was killed at.
 SIGTERM or Ctrl-C stops the run at the next step boundary with a checkpoint at that step.
+Every run checks its health from its training batches (hparam health_every_steps, on by default;
+held-out evals with do_eval or eval_every_steps check more): a stalled discriminator or an idle
+generator is logged with what to try (pretrain/training_health.py; tools/inspect_run.py).
 
 Exit status: 0 done, 2 bad input or settings, 3 diverged (NaN/Inf), 4 another worker of a
 multi-worker run died (re-run every worker to resume), 5 out of memory (the message names the
