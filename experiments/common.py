@@ -21,8 +21,12 @@ sys.path.insert(0, REPO)
 from util import io_utils  # noqa: E402
 
 PYTHON = sys.executable
-CORPUS = "/work/shared/data/pretrain_corpus"
-GLUE = "/work/shared/data/glue/{task}"
+# The test data (CONTRIBUTING.md, "Test data"): ELECTRA_SHARED_DATA, or shared/data beside the
+# repository's directory, as the tests read it.
+SHARED_DATA = os.environ.get("ELECTRA_SHARED_DATA",
+                             os.path.join(os.path.dirname(REPO), "shared", "data"))
+CORPUS = os.path.join(SHARED_DATA, "pretrain_corpus")
+GLUE = os.path.join(SHARED_DATA, "glue", "{task}")
 CORPUS_FILES = [f"enwiki_wiki_{i:02d}.txt" for i in range(6)]  # ~5.2 MB slice
 VOCAB_SIZE = 4000
 SEQ = 64

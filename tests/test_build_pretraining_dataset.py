@@ -499,6 +499,36 @@ def test_vocab_size_trains_sentencepiece(tmp_path):
     assert model.stat().st_mtime_ns == stamp
 
 
+def test_a_build_killed_while_retraining_the_vocabulary_does_not_reuse_the_old_one(
+        tmp_path, monkeypatch):
+    make_corpus(tmp_path / "corpus", num_files=1, docs_per_file=30)
+
+    def config(vocab_size):
+        return dataset_builder.BuildConfig(
+            corpus_dir=str(tmp_path / "corpus"), output_dir=str(tmp_path / "out"),
+            vocab_size=vocab_size, max_seq_length=32, num_out_files=1, eval_fraction=0.0,
+            show_progress=False, log=lambda m: None)
+
+    class Killed(Exception):
+        pass
+
+    def killed(*args, **kwargs):
+        raise Killed()
+
+    # A build with 100 pieces stops after its vocabulary (before any shard) ...
+    monkeypatch.setattr(dataset_builder, "make_plan", killed)
+    with pytest.raises(Killed):
+        dataset_builder.build_dataset(config(100))
+    monkeypatch.undo()
+    # ... and a build with 110 is killed while training its own.
+    monkeypatch.setattr(dataset_builder.tokenization, "train_sentencepiece", killed)
+    with pytest.raises(Killed):
+        dataset_builder.build_dataset(config(110))
+    monkeypatch.undo()
+    assert dataset_builder.build_dataset(config(110))["vocab_size"] == 110
+    assert tokenization.SentencePieceTokenizer(str(tmp_path / "out" / "spm.model")).vocab_size == 110
+
+
 # ---------------------------------------------------------------------------------------------
 # The real corpus and vocabulary.
 

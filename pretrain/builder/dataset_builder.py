@@ -375,10 +375,12 @@ def _build_dataset(cfg: BuildConfig) -> dict:
     config = _settings_record(cfg, files, num_shards)
     _check_output_dir(cfg.output_dir, config, existing)
     same_build = existing == config
-    io_utils.write_json(_config_path(cfg.output_dir), config)
     _remove_stale_temp_files(cfg.output_dir)
 
     spm_model = _train_spm(cfg, files, same_build) if cfg.vocab_size is not None else cfg.spm_model
+    # Recorded once the vocabulary it names is in place: a build killed while retraining one
+    # must not leave a record that passes the old spm.model off as the new settings'.
+    io_utils.write_json(_config_path(cfg.output_dir), config)
     spec = example_builder.TokenizerSpec(
         cfg.vocab_file, spm_model, cfg.lower_case,
         cfg.strip_accents if cfg.kind == "wordpiece" else None)
