@@ -68,7 +68,7 @@ def batch_sums(out) -> dict:
         # Official: auc(labels * input_mask, probs * input_mask), unweighted.
         auc_labels = tf.reshape(labels * out.input_mask, [-1]) > 0
         auc_probs = tf.reshape(out.disc_probs * mask, [-1])
-        bucket = tf.searchsorted(tf.constant(THRESHOLDS), auc_probs, side="left")
+        bucket = thresholds_below(auc_probs)
         num_buckets = NUM_THRESHOLDS + 1
         sums["auc_pos"] = tf.math.unsorted_segment_sum(f32(auc_labels), bucket, num_buckets)
         sums["auc_neg"] = tf.math.unsorted_segment_sum(f32(~auc_labels), bucket, num_buckets)
@@ -80,8 +80,13 @@ def batch_sums(out) -> dict:
     return sums
 
 
+def thresholds_below(probs: tf.Tensor) -> tf.Tensor:
+    """int32: how many THRESHOLDS lie below each probability (its AUC histogram bucket)."""
+    return tf.searchsorted(tf.constant(THRESHOLDS), probs, side="left")
+
+
 # The training step's histogram buckets: those of THRESHOLDS that a probability in [0, 1] can
-# fall in (1 .. NUM_THRESHOLDS - 1 thresholds below it), found by arithmetic (XLA-friendly).
+# fall in (1 .. NUM_THRESHOLDS - 1 thresholds below it).
 _TRAIN_BUCKETS = NUM_THRESHOLDS - 1
 TRAIN_HEALTH_SUMS = ("disc_real", "disc_pred_pos", "disc_label_pos") + tuple(
     f"auc_real_{kind}_{b}" for kind in ("pos", "neg") for b in range(_TRAIN_BUCKETS))
@@ -95,14 +100,7 @@ def train_health_sums(out) -> tf.Tensor:
     labels = tf.reshape(tf.cast(out.disc_labels, tf.float32), [-1]) * mask
     preds = tf.reshape(tf.cast(out.disc_preds, tf.float32), [-1]) * mask
     probs = tf.reshape(tf.cast(out.disc_probs, tf.float32), [-1])
-    # batch_sums' bucket: how many thresholds lie below p, about ceil(199 p); float rounding
-    # puts that one off where p sits on a threshold, which one comparison each way sets right.
-    thresholds = tf.constant(THRESHOLDS)
-    guess = tf.clip_by_value(tf.cast(tf.math.ceil(probs * float(NUM_THRESHOLDS - 1)), tf.int32),
-                             1, _TRAIN_BUCKETS)
-    below = guess - tf.cast(tf.gather(thresholds, guess - 1) >= probs, tf.int32) + \
-        tf.cast(tf.gather(thresholds, guess) < probs, tf.int32)
-    bucket = tf.clip_by_value(below, 1, _TRAIN_BUCKETS) - 1
+    bucket = tf.clip_by_value(thresholds_below(probs), 1, _TRAIN_BUCKETS) - 1
     pos = tf.math.unsorted_segment_sum(labels, bucket, _TRAIN_BUCKETS)
     neg = tf.math.unsorted_segment_sum(mask - labels, bucket, _TRAIN_BUCKETS)
     counts = tf.stack([tf.reduce_sum(mask), tf.reduce_sum(preds), tf.reduce_sum(labels)])
