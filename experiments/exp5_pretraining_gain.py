@@ -21,6 +21,10 @@ pre-training seed and ELECTRA's FLOPs, compared with ELECTRA in the report. Pass
 `--arms` to every stage:
 
     python experiments/exp5_pretraining_gain.py pretrain --arms gdes temp2
+    python experiments/exp5_pretraining_gain.py report --arms gdes temp2 --report-name NAME
+
+`--report-name` writes the report to its own files, so a study's work dir does not overwrite
+section 6's figures in exp5_pretraining_gain.*.
 """
 import argparse
 import json
@@ -33,6 +37,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configure_pretraining import PretrainingConfig  # noqa: E402
+from benchmarks.common import machine_summary  # noqa: E402
 from experiments import common  # noqa: E402
 from experiments.flops import pretrain_step_flops  # noqa: E402
 from util import io_utils  # noqa: E402
@@ -250,6 +255,14 @@ def ensure_random_model(work: str, seed: int) -> str:
     return name
 
 
+def is_trained(work: str, name: str) -> bool:
+    """Whether models/<name> is finished: a random encoder once written, a pre-trained one once
+    its final eval is (a run still training has a config and checkpoints already)."""
+    done = "bert_config.json" if name.startswith("random") else \
+        os.path.join("results", "unsup_results.json")
+    return os.path.exists(os.path.join(model_dir(work, name), done))
+
+
 def probe(work: str, name: str) -> dict:
     """tools/probe.py on models/<name> (pre-trained column only; random models are rows too)."""
     out = os.path.join(model_dir(work, name), "results", "probe_results.json")
@@ -393,10 +406,14 @@ def verdict_line(measure: str, judged: dict) -> str:
     return f"- **{measure}**: " + "; ".join(parts)
 
 
-def plot(rows: list[dict], measures: list[str], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot(rows: list[dict], measures: list[str], path: str) -> bool:
+    """The measures against pre-training FLOPs as a PNG; False when matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
 
     cols = 3
     fig, axes = plt.subplots(-(-len(measures) // cols), cols,
@@ -442,6 +459,7 @@ def plot(rows: list[dict], measures: list[str], path: str) -> None:
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return True
 
 
 def grid_table(work: str) -> dict[str, list[str]]:
@@ -491,8 +509,10 @@ def merge_rows(previous: list[dict], current: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
-def report(work: str, runs: list[dict], out_dir: str) -> str:
-    results_path = os.path.join(out_dir, "exp5_pretraining_gain.json")
+def report(work: str, runs: list[dict], out_dir: str, stem: str = "exp5_pretraining_gain") -> str:
+    """Writes out_dir/<stem>.{json,md,png}: this work dir's rows merged into the file's earlier
+    ones (other work dirs' budgets are kept), the verdicts, the grid and the host."""
+    results_path = os.path.join(out_dir, f"{stem}.json")
     previous = io_utils.read_json(results_path) if os.path.exists(results_path) else {}
     rows = merge_rows(previous.get("rows", []), collect(work, runs))
     grid = dict(previous.get("grid", {}), **grid_table(work))
@@ -504,19 +524,22 @@ def report(work: str, runs: list[dict], out_dir: str) -> str:
     io_utils.write_json(results_path,
                         {"rows": rows, "verdicts": judged, "grid": grid,
                          "electra_steps": ELECTRA_STEPS, "size": SIZE, "sizes": SIZES,
-                         "pretrain_base": PRETRAIN_BASE})
+                         "pretrain_base": PRETRAIN_BASE, "host": machine_summary()})
     plotted = [m for m in measures if m in MEASURE_LABELS]
-    png = os.path.join(out_dir, "exp5_pretraining_gain.png")
-    if plotted:
-        plot(rows, plotted, png)
-    header = ["model", "steps", "FLOPs", "pre-train min", "MLM acc", "disc AUC"] + measures
+    png = os.path.join(out_dir, f"{stem}.png")
+    if plotted and not plot(rows, plotted, png):
+        common.log(f"matplotlib is not installed: {png} not drawn (pip install matplotlib)")
+    header = ["model", "steps", "FLOPs", "pre-train min", "MLM acc", "disc AUC",
+              "disc P / R"] + measures
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         ev = r.get("pretrain_eval", {})
         cells = [r["name"], str(r["steps"]), f"{r['flops']:.2e}",
                  f"{r['pretrain_seconds'] / 60:.1f}" if "pretrain_seconds" in r else "-",
                  f"{ev['masked_lm_accuracy']:.3f}" if "masked_lm_accuracy" in ev else "-",
-                 f"{ev['disc_auc']:.3f}" if "disc_auc" in ev else "-"]
+                 f"{ev['disc_auc']:.3f}" if "disc_auc" in ev else "-",
+                 f"{ev['disc_precision']:.2f} / {ev['disc_recall']:.2f}"
+                 if "disc_precision" in ev else "-"]
         for m in measures:
             if m in r["finetune"]:
                 ft = r["finetune"][m]
@@ -526,15 +549,18 @@ def report(work: str, runs: list[dict], out_dir: str) -> str:
                 cells.append(f"{r['measures'][m]:.1f}" if m in r["measures"] else "-")
         lines.append("| " + " | ".join(cells) + " |")
     verdict_lines = [verdict_line(m, v) for m, v in judged.items()]
+    machine = machine_summary()
     md = "\n".join(["# Experiment 5: what pre-training buys (whole corpus, equal FLOPs)", "",
-                     "Written by `python experiments/exp5_pretraining_gain.py report`.", "",
+                     f"Written by `python experiments/exp5_pretraining_gain.py report "
+                     f"--report-name {stem}`; host: {machine['nproc']} cores, {machine['cpu']} "
+                     f"({', '.join(machine['cpu_flags'])}).", "",
                      *lines, "", "Verdicts at the largest budget (seed ranges):", "",
                      *verdict_lines, "", "Fine-tuning grid (one seed on the dev split carved "
                      "from training data; the chosen point in bold):", "",
                      "| setting | method | rates with decay 0.8 | | | best rate, decay 1.0 |",
                      "|---|---|---|---|---|---|", *[line for setting in SETTINGS
                                                      for line in grid.get(setting, [])], ""])
-    path = os.path.join(out_dir, "exp5_pretraining_gain.md")
+    path = os.path.join(out_dir, f"{stem}.md")
     io_utils.write_text(path, md)
     return path
 
@@ -549,6 +575,9 @@ def main() -> None:
     parser.add_argument("--arms", nargs="*", default=[],
                         choices=sorted(set(common.ARMS) - {"electra", "bert"}),
                         help="further arms beside ELECTRA and BERT (largest budget, every seed)")
+    parser.add_argument("--report-name", default="exp5_pretraining_gain",
+                        help="report: the results file stem under experiments/results (its "
+                             "earlier rows are kept unless this work dir measured them again)")
     args = parser.parse_args()
     work = os.path.abspath(args.work_dir)
     ensure_data(work)
@@ -559,24 +588,23 @@ def main() -> None:
         for run in runs:
             pretrain(work, run)
     names = [random_name(s) for s in RANDOM_SEEDS] + [
-        r["name"] for r in runs if r["size"] == SIZE and os.path.exists(
-            os.path.join(model_dir(work, r["name"]), "results", "unsup_results.json"))]
+        r["name"] for r in runs if r["size"] == SIZE and is_trained(work, r["name"])]
     for seed in RANDOM_SEEDS:
         ensure_random_model(work, seed)
     if args.stage == "probe":
         for name in names + [r["name"] for r in runs if r["size"] != SIZE]:
-            if os.path.exists(os.path.join(model_dir(work, name), "bert_config.json")):
+            if is_trained(work, name):
                 probe(work, name)
     if args.stage == "report":
-        common.log(f"wrote {report(work, runs, os.path.join(common.REPO, 'experiments', 'results'))}")
+        out_dir = os.path.join(common.REPO, "experiments", "results")
+        common.log(f"wrote {report(work, runs, out_dir, args.report_name)}")
     if args.stage == "finetune":
         # The grid runs on one model per method: the largest budget, seed 0.
         reference = {method: reference_name(method)
                      for method in ("random", "electra", "bert", *args.arms)}
         for setting in args.settings:
             chosen = {method: best_grid_point(work, name, setting)
-                      for method, name in reference.items()
-                      if os.path.exists(os.path.join(model_dir(work, name), "bert_config.json"))}
+                      for method, name in reference.items() if is_trained(work, name)}
             io_utils.write_json(os.path.join(work, f"grid_{setting}.json"),
                                 {m: list(p) for m, p in chosen.items()})
             for name in names:
