@@ -126,8 +126,8 @@ def _add_text_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-lower-case", dest="do_lower_case", action="store_false",
         help="Keep case (for cased vocabularies; then set the do_lower_case hparam to false "
-             "for pre-training and fine-tuning too). Example: --vocab-file cased-vocab.txt "
-             "--no-lower-case")
+             "for pre-training, which refuses these tfrecords otherwise; fine-tuning follows "
+             "the pre-trained model). Example: --vocab-file cased-vocab.txt --no-lower-case")
     parser.add_argument(
         "--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
         default=None,

@@ -49,7 +49,7 @@ class FinetuningConfig(HParams):
                                     valid=AT_LEAST_ONE)
     vocab_size: int = hp(30522, "number of tokens in the vocabulary",
                          valid=AT_LEAST_ONE)
-    do_lower_case: bool = hp(True, "lower-case the input text")
+    do_lower_case: bool | None = hp(None, "lower-case the input text; null: as the pre-trained model was (its pretrain_config.json), else true (the uncased releases)")
     compute_dtype: str = hp("float32", "float32, bfloat16 or float16 compute (weights stay float32)",
                             valid=OneOf(tuple(sorted(modeling.COMPUTE_DTYPES))))
     use_xla: bool | None = hp(None, "compile the train step with XLA; null: on for GPU/TPU, off on CPU")
@@ -173,6 +173,7 @@ class FinetuningConfig(HParams):
             self.vocab_file, self.init_checkpoint,
             [tokenization.find_vocab_file(d) for d in (pretrained_dir, self.data_dir)],
             missing=os.path.join(self.data_dir, "vocab.txt"))
+        self.do_lower_case = pretrained_vocab.lower_case(self.do_lower_case, self.init_checkpoint)
         # An experiment with a model_dir of its own keeps its outputs under it: by the task
         # names alone, two such experiments would write the same files, the second replacing
         # the first. Without one, the official places.

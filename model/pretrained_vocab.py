@@ -5,13 +5,17 @@ A pre-trained model's directory carries the vocabulary it was trained with: a re
 a run_pretraining.py model dir (vocab.txt or spm.model), a Hugging Face import. Fine-tuning and
 continued pre-training read that one unless hparam vocab_file names another, and refuse any
 vocabulary whose content differs from it, or whose size differs from the checkpoint's token
-embedding table: the text would be read with token ids the model never learned.
+embedding table: the text would be read with token ids the model never learned. Likewise the
+case: a model of ours records do_lower_case in its pretrain_config.json, and fine-tuning follows
+it (a cased model's text lower-cased would be read as other tokens).
 """
+import json
 import logging
 import os
 
 from model import tokenization
-from util import checkpoint, fs
+from model.model_dir import PRETRAIN_CONFIG_FILE
+from util import checkpoint, fs, io_utils
 from util.hparams import HParamError
 
 log = logging.getLogger(__name__)
@@ -112,3 +116,37 @@ def check_size(vocab_file: str, n_tokens: int, init_checkpoint: str | None) -> N
         f"init_checkpoint {init_checkpoint} ({TABLE}) has {rows} rows: it is not the vocabulary "
         f"the model was trained with. Set \"vocab_file\" to that vocabulary (and \"vocab_size\": "
         f"{rows})")
+
+
+def recorded_lower_case(init_checkpoint: str | None) -> tuple[bool | None, str | None]:
+    """(do_lower_case, file) as the pre-trained model's pretrain_config.json records it; (None,
+    None) for a model without one (a release download, an import)."""
+    if not init_checkpoint:
+        return None, None
+    path = os.path.join(checkpoint_dir(init_checkpoint), PRETRAIN_CONFIG_FILE)
+    if not fs.isfile(path):
+        return None, None
+    try:
+        value = io_utils.read_json(path).get("do_lower_case")
+    except (ValueError, AttributeError):
+        return None, None  # unreadable settings: the run reports what it needs from them
+    return (value, path) if isinstance(value, bool) else (None, None)
+
+
+def lower_case(do_lower_case: bool | None, init_checkpoint: str | None) -> bool:
+    """Whether the run lower-cases its text: hparam do_lower_case; unset, as the pre-trained
+    model was trained (its pretrain_config.json), else true, as the uncased releases need.
+
+    Raises:
+      HParamError: do_lower_case contradicts the model's pretrain_config.json (naming it).
+    """
+    recorded, path = recorded_lower_case(init_checkpoint)
+    if do_lower_case is None:
+        return True if recorded is None else recorded
+    if recorded is not None and recorded != do_lower_case:
+        raise HParamError(
+            f"hparam do_lower_case is {json.dumps(do_lower_case)} but the pre-trained model was "
+            f"trained with do_lower_case {json.dumps(recorded)} ({path}): its vocabulary would "
+            "read the text as other tokens than in pre-training. Leave do_lower_case unset to "
+            "follow the model")
+    return do_lower_case

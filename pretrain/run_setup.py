@@ -11,6 +11,7 @@ initialised.
 - `prepare_model_dir`: the files beside the checkpoints (resolved config, architecture configs,
   a copy of the vocabulary, the identity of the training tfrecords: pretrain/data_record.py).
 """
+import json
 import logging
 import os
 from typing import NamedTuple
@@ -160,6 +161,14 @@ def _check_metadata(config: PretrainingConfig, files: input_pipeline.DataFiles, 
             f"({metadata.get('vocab_file', '?')}, sha256 {built_sha[:12]}... in "
             f"{metadata_path}); set \"vocab_file\" to that vocabulary, or rebuild the data "
             "with this one")
+    built_case = metadata.get("do_lower_case")
+    if isinstance(built_case, bool) and built_case != config.do_lower_case:
+        # The text's case decides the tokens; the model's recorded setting is what its evals,
+        # probes and every later fine-tuning read text with.
+        raise HParamError(
+            f"the {named} were built with do_lower_case {json.dumps(built_case)} "
+            f"({metadata_path}) but hparam do_lower_case is {json.dumps(config.do_lower_case)}; "
+            f"set \"do_lower_case\": {json.dumps(built_case)}, or rebuild the data")
     for key in ("max_seq_length", "vocab_size"):
         built, wanted = metadata.get(key), getattr(config, key)
         if isinstance(built, int) and built != wanted:

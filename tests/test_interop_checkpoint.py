@@ -276,6 +276,25 @@ def test_a_vocabulary_other_than_the_checkpoints_is_refused_naming_both(release,
         assert make(vocab_file=own).vocab_file == own
 
 
+def test_fine_tuning_reads_text_with_the_case_the_model_was_trained_with(release, tmp_path):
+    """A release carries no pretrain_config.json: lower-cased, as the uncased releases need. A
+    model of ours records do_lower_case there; a contradicting hparam is refused naming it."""
+    source, _ = release
+    assert finetune_config(tmp_path, init_checkpoint=str(source)).do_lower_case is True
+    assert finetune_config(tmp_path, init_checkpoint=str(source),
+                           do_lower_case=False).do_lower_case is False
+    cased = tmp_path / "cased"
+    shutil.copytree(source, cased)
+    (cased / "pretrain_config.json").write_text(json.dumps({"do_lower_case": False}))
+    for init in (cased, cased / "electra_small"):
+        assert finetune_config(tmp_path, init_checkpoint=str(init)).do_lower_case is False
+    with pytest.raises(HParamError) as contradicted:
+        finetune_config(tmp_path, init_checkpoint=str(cased), do_lower_case=True)
+    assert str(contradicted.value).startswith(
+        "hparam do_lower_case is true but the pre-trained model was trained with do_lower_case "
+        f"false ({cased / 'pretrain_config.json'})")
+
+
 def test_a_vocabulary_of_another_size_than_the_table_is_refused(release, tmp_path):
     """A checkpoint without a vocabulary beside it (the official layout: DATA/vocab.txt)."""
     source, _ = release

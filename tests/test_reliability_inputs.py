@@ -501,6 +501,19 @@ def pretrain_tfrecords_of_another_length(env, tmp):
         r"max_seq_length is 24"]
 
 
+@case
+def pretrain_cased_tfrecords_with_the_default_lower_casing(env, tmp):
+    # Built with --no-lower-case: the run would record do_lower_case true, and its probes,
+    # score_text and every later fine-tuning would lower-case text the model never saw so.
+    data = copy_data(env, tmp)
+    metadata_path = os.path.join(data, "pretrain_tfrecords", "metadata.json")
+    io_utils.write_json(metadata_path, dict(json.loads(open(metadata_path).read()),
+                                            do_lower_case=False))
+    return pretrain(data, **env.hparams), [
+        r"pretrain_tfrecords were built with do_lower_case false \(.*metadata\.json\) but hparam "
+        r"do_lower_case is true; set \"do_lower_case\": false, or rebuild the data"]
+
+
 def held_out_data(tmp, seq_len=fx.SEQ_LEN, metadata=None, id_shift=0) -> str:
     """A held-out set of its own (as eval_tfrecords names it): 16 examples of `seq_len` tokens
     (word ids moved up by `id_shift`), with a metadata.json of `metadata` beside it when given.
