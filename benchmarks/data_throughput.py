@@ -18,7 +18,6 @@ computed from CPU time; scaling with processes can only be read from wall time o
   python benchmarks/data_throughput.py --num-files 16 --repeats 3
 """
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -34,29 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 
-
-def load_average() -> float:
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
-def machine_summary() -> dict:
-    model, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model == "unknown":
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    interesting = ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16",
-                   "amx_bf16", "amx_tile"]
-    return {"nproc": os.cpu_count(), "cpu": model,
-            "cpu_flags": [f for f in interesting if f in flags],
-            "python": sys.version.split()[0],
-            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
+from benchmarks.common import load_average, machine_summary  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
