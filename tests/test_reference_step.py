@@ -15,6 +15,7 @@ Tolerances, measured on this machine (docs/FIDELITY.md, "The reference step"):
 The mutation checks (test_reference_catches_*) plant one plausible bug at a time in the project's
 step and assert that the comparison fails.
 """
+import os
 import re
 import types
 
@@ -129,8 +130,10 @@ def reference_update(weights, slots, loss_fn, rate, *, weight_decay_rate, step, 
 
 
 def assert_within(result, dtype="float32"):
-    # `pytest -s` prints the differences (docs/FIDELITY.md quotes them).
-    print("differences", dtype, max(result["diffs"].values()), max(result["weights"].values()))
+    # `pytest -s` prints the differences, named by the test (docs/FIDELITY.md quotes them).
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0].split("::")[-1]
+    print(f"\n{test} ({dtype}): losses (max) {max(result['diffs'].values()):.1e}, "
+          f"weights (max) {max(result['weights'].values()):.1e}")
     loss_tolerance, weight_tolerance = TOLERANCE[dtype]
     assert max(result["diffs"].values()) <= loss_tolerance, result["diffs"]
     worst = max(result["weights"], key=result["weights"].get)
