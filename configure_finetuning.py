@@ -140,7 +140,7 @@ class FinetuningConfig(HParams):
     vocab_file: str | None = hp(None, "WordPiece vocab.txt or SentencePiece .model; default the vocab.txt/spm.model in init_checkpoint's directory (a release download's vocab.txt), else in <data_dir>/models/<model_name>, else <data_dir>/vocab.txt. A vocabulary other than the one beside init_checkpoint, or of another size than its embedding table, is refused")
     init_checkpoint: str | None = hp(None, "pre-trained weights (ours or official; a dir or a checkpoint prefix); default <data_dir>/models/<model_name>; \"\" for random init. Its bert_config.json, if any, sets the architecture")
     model_dir: str | None = hp(None, "default <data_dir>/models/<model_name>/finetuning_models/<tasks>_model")
-    results_txt: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.txt; <model_dir>/results/<tasks>_results.txt when model_dir is set")
+    results_txt: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.txt; <model_dir>/results/<tasks>_results.txt when model_dir is set. Each trial's per-example dev outputs go beside it: <task>_dev_trial<k>_{predictions,conlleval}.txt (tagging), _predictions.jsonl (custom tasks), named after this file too when it is not <task>_results.txt")
     results_json: str | None = hp(None, "default <data_dir>/models/<model_name>/results/<tasks>_results.json; <model_dir>/results/<tasks>_results.json when model_dir is set")
     preprocessed_data_dir: str | None = hp(None, "featurized tfrecord cache dir; default <data_dir>/models/<model_name>/finetuning_tfrecords/<tasks>_tfrecords, under <model_dir> instead when model_dir is set")
     test_predictions_dir: str | None = hp(None, "where test-set predictions are written; default <data_dir>/models/<model_name>/test_predictions, <model_dir>/test_predictions when model_dir is set")
@@ -211,6 +211,16 @@ class FinetuningConfig(HParams):
 
     def custom_task_specs(self) -> dict[str, task_spec.TaskSpec]:
         return task_spec.parse(self.custom_tasks)
+
+    def eval_output_prefix(self, task_name: str, split: str, trial: int) -> str:
+        """Where a trial's per-example eval outputs of one task go, next to the results files:
+        <results dir>/<task>_<split>_trial<k>, the results file's name in front when it is not
+        the task's own (a multi-task run, results_txt set per experiment), so runs sharing a
+        results dir never replace each other's files."""
+        directory, name = os.path.split(self.results_txt)
+        stem = os.path.splitext(name)[0].removesuffix("_results")
+        own = f"{task_name}_{split}_trial{trial}"
+        return os.path.join(directory, own if stem == task_name else f"{stem}_{own}")
 
     def task_data_dir(self, task_name: str) -> str:
         try:

@@ -336,15 +336,15 @@ class ModelRunner:
         return {k: float(v) for k, v in scorer.get_results()}
 
     def _write_predictions(self, task: task_lib.Task, split: str, rows) -> None:
-        """<results dir>/<task>_<split>_trial<k>_predictions.jsonl: what predict.py would write
-        for the split's examples (custom tasks only: the built-in ones write their own formats)."""
+        """<eval output prefix>_predictions.jsonl (FinetuningConfig.eval_output_prefix): what
+        predict.py would write for the split's examples (custom tasks only: the built-in ones
+        write their own formats)."""
         if task.name not in self.config.custom_tasks:
             return
         records = task.prediction_records(task.get_examples(split), rows)
         if records is None:
             return
-        path = os.path.join(os.path.dirname(self.config.results_txt),
-                            f"{task.name}_{split}_trial{self.trial}_predictions.jsonl")
+        path = self.config.eval_output_prefix(task.name, split, self.trial) + "_predictions.jsonl"
         io_utils.write_jsonl(path, records)
         log.info("wrote %s", path)
 

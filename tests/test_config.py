@@ -107,6 +107,19 @@ def test_finetuning_outputs_follow_the_users_model_dir():
         "task_names": ["squad"], "model_dir": "/exp/a", "results_json": "/r.json"})
     assert chosen.results_json == "/r.json"  # a path the user gives wins
 
+def test_per_example_eval_outputs_of_runs_sharing_a_results_dir_stay_apart():
+    """chunking alone, chunking with SST-2, and an experiment naming its own results file in the
+    same dir each wrote results/chunk_dev_trial1_*: the last run's replaced the others'."""
+    def prefix(**hparams):
+        config = FinetuningConfig.from_hparams("m", "/data", {"task_names": ["chunk"], **hparams})
+        return config.eval_output_prefix("chunk", "dev", 2)
+    assert prefix() == "/data/models/m/results/chunk_dev_trial2"  # the default keeps its name
+    assert prefix(task_names=["chunk", "sst"]) == \
+        "/data/models/m/results/chunk,sst_chunk_dev_trial2"
+    assert prefix(results_txt="/data/models/m/results/ft_lr0.01.txt") == \
+        "/data/models/m/results/ft_lr0.01_chunk_dev_trial2"
+
+
 def test_finetuning_config_errors():
     with pytest.raises(HParamError, match="Unknown hparam 'layerwise_decay'; did you mean layerwise_lr_decay"):
         FinetuningConfig.from_hparams("m", "/d", {"layerwise_decay": 0.8})

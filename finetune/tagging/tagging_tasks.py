@@ -508,9 +508,7 @@ class TaggingTask(task_lib.Task):
 
     def write_eval_outputs(self, scorer, split: str, trial: int) -> list[str]:
         """The dev predictions of a trial, next to the results files."""
-        directory = os.path.dirname(self.config.results_txt)
-        return self._write_outputs(scorer, os.path.join(directory,
-                                                        f"{self.name}_{split}_trial{trial}"))
+        return self._write_outputs(scorer, self.config.eval_output_prefix(self.name, split, trial))
 
     def write_test_predictions(self, outputs, split, output_dir):
         scorer = self.get_scorer(split)
