@@ -509,9 +509,11 @@ def merge_rows(previous: list[dict], current: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
-def report(work: str, runs: list[dict], out_dir: str, stem: str = "exp5_pretraining_gain") -> str:
+def report(work: str, runs: list[dict], out_dir: str, stem: str = "exp5_pretraining_gain",
+           selection: str = "") -> str:
     """Writes out_dir/<stem>.{json,md,png}: this work dir's rows merged into the file's earlier
-    ones (other work dirs' budgets are kept), the verdicts, the grid and the host."""
+    ones (other work dirs' budgets are kept), the verdicts, the grid and the host. `selection`:
+    the --arms / --only arguments the report was written with (named in it)."""
     results_path = os.path.join(out_dir, f"{stem}.json")
     previous = io_utils.read_json(results_path) if os.path.exists(results_path) else {}
     rows = merge_rows(previous.get("rows", []), collect(work, runs))
@@ -552,7 +554,7 @@ def report(work: str, runs: list[dict], out_dir: str, stem: str = "exp5_pretrain
     machine = machine_summary()
     md = "\n".join(["# Experiment 5: what pre-training buys (whole corpus, equal FLOPs)", "",
                      f"Written by `python experiments/exp5_pretraining_gain.py report "
-                     f"--report-name {stem}`; host: {machine['nproc']} cores, {machine['cpu']} "
+                     f"--work-dir WORK{selection} --report-name {stem}`; host: {machine['nproc']} cores, {machine['cpu']} "
                      f"({', '.join(machine['cpu_flags'])}).", "",
                      *lines, "", "Verdicts at the largest budget (seed ranges):", "",
                      *verdict_lines, "", "Fine-tuning grid (one seed on the dev split carved "
@@ -597,7 +599,10 @@ def main() -> None:
                 probe(work, name)
     if args.stage == "report":
         out_dir = os.path.join(common.REPO, "experiments", "results")
-        common.log(f"wrote {report(work, runs, out_dir, args.report_name)}")
+        selection = "".join(f" --{flag} {' '.join(values)}"
+                            for flag, values in (("arms", args.arms), ("only", args.only))
+                            if values)
+        common.log(f"wrote {report(work, runs, out_dir, args.report_name, selection)}")
     if args.stage == "finetune":
         # The grid runs on one model per method: the largest budget, seed 0.
         reference = {method: reference_name(method)
