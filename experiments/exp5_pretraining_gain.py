@@ -554,7 +554,8 @@ def report(work: str, runs: list[dict], out_dir: str, stem: str = "exp5_pretrain
     machine = machine_summary()
     md = "\n".join(["# Experiment 5: what pre-training buys (whole corpus, equal FLOPs)", "",
                      f"Written by `python experiments/exp5_pretraining_gain.py report "
-                     f"--work-dir WORK{selection} --report-name {stem}`; host: {machine['nproc']} cores, {machine['cpu']} "
+                     f"--work-dir WORK{selection} --report-name {stem}`; host: "
+                     f"{machine['nproc']} cores, {machine['cpu']} "
                      f"({', '.join(machine['cpu_flags'])}).", "",
                      *lines, "", "Verdicts at the largest budget (seed ranges):", "",
                      *verdict_lines, "", "Fine-tuning grid (one seed on the dev split carved "

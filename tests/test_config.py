@@ -107,6 +107,7 @@ def test_finetuning_outputs_follow_the_users_model_dir():
         "task_names": ["squad"], "model_dir": "/exp/a", "results_json": "/r.json"})
     assert chosen.results_json == "/r.json"  # a path the user gives wins
 
+
 def test_per_example_eval_outputs_of_runs_sharing_a_results_dir_stay_apart():
     """chunking alone, chunking with SST-2, and an experiment naming its own results file in the
     same dir each wrote results/chunk_dev_trial1_*: the last run's replaced the others'."""
